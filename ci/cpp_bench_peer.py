@@ -1,0 +1,58 @@
+#!/usr/bin/env python
+"""Timed runs of Apache's C++ client (PyPI ``rocketmq`` 0.4.4) for ci/bench_protocol.py.
+
+Runs in its own process (the library starts threads of its own) and prints one JSON line:
+
+    cpp_bench_peer.py produce NAMESRV TOPIC COUNT SIZE  ->  {"count": N, "seconds": S}
+    cpp_bench_peer.py pull    NAMESRV TOPIC GROUP       ->  {"count": N, "bytes": B, "seconds": S}
+
+``pull`` reads every queue of the topic from offset 0 until PULL_NOT_FOUND, fetching each
+message's body, so it delivers the same payload our reader does.
+"""
+import json
+import sys
+import time
+
+
+def produce(namesrv: str, topic: str, count: int, size: int) -> dict:
+    from rocketmq.client import Message, Producer
+
+    producer = Producer("cpp-bench-producer")
+    producer.set_namesrv_addr(namesrv)
+    producer.start()
+    body = b"x" * size
+    started = time.perf_counter()
+    for _ in range(count):
+        msg = Message(topic)
+        msg.set_body(body)
+        producer.send_sync(msg)
+    seconds = time.perf_counter() - started
+    producer.shutdown()
+    return {"count": count, "seconds": seconds}
+
+
+def pull(namesrv: str, topic: str, group: str) -> dict:
+    from rocketmq.client import PullConsumer
+
+    consumer = PullConsumer(group)
+    consumer.set_namesrv_addr(namesrv)
+    consumer.start()
+    count = size = 0
+    started = time.perf_counter()
+    for msg in consumer.pull(topic):
+        size += len(msg.body)
+        count += 1
+    seconds = time.perf_counter() - started
+    consumer.shutdown()
+    return {"count": count, "bytes": size, "seconds": seconds}
+
+
+if __name__ == "__main__":
+    command, args = sys.argv[1], sys.argv[2:]
+    if command == "produce":
+        result = produce(args[0], args[1], int(args[2]), int(args[3]))
+    elif command == "pull":
+        result = pull(args[0], args[1], args[2])
+    else:
+        raise SystemExit(f"unknown command {command!r}; use produce or pull")
+    print(json.dumps(result), flush=True)

@@ -1,0 +1,388 @@
+"""One remoting connection: a socket (optionally TLS) with requests multiplexed by opaque.
+
+Callers send from any thread. There is no reader thread: a caller waiting for a response reads
+the socket itself and hands every frame it decodes to the request it answers, so the common
+case (one thread, one connection, as in a Spark task) never switches threads. When several
+threads wait on one connection, one of them reads at a time and the others sleep on a
+condition until their response has been delivered or the reading role is free.
+
+Responses may arrive in any order (genuine brokers reorder them), and the broker may send its
+own requests on the same socket, which are answered here. Every wait has a deadline:
+connecting, sending (the socket's write timeout) and each request's own timeout. A broken
+connection fails every request in flight at once instead of leaving it to time out.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import select
+import socket
+import ssl
+import threading
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Type
+
+from .acl import Credentials
+from .errors import (
+    BrokerUnavailable, ClientClosed, ProtocolError, RemotingConnectionError, RequestTimeout,
+)
+from .protocol.codes import FLAG_ONEWAY, ResponseCode, SerializeType, code_name
+from .protocol.frame import FrameDecoder, RemotingCommand, encode_frame
+from .protocol.route import split_address
+
+log = logging.getLogger(__name__)
+
+RECV_BYTES = 256 * 1024
+SEND_TIMEOUT = 10.0
+
+RequestHandler = Callable[["Connection", RemotingCommand], Optional[RemotingCommand]]
+
+
+class ResponseFuture:
+    """The pending answer to one request; completed by whichever thread reads its response."""
+
+    __slots__ = ("opaque", "request_name", "response", "error", "done")
+
+    def __init__(self, opaque: int, request_name: str):
+        self.opaque = opaque
+        self.request_name = request_name
+        self.response: Optional[RemotingCommand] = None
+        self.error: Optional[BaseException] = None
+        self.done = False
+
+    def result(self) -> RemotingCommand:
+        """The response; only valid once ``done``. Raises the connection's error if any."""
+        if self.error is not None:
+            raise self.error
+        assert self.response is not None
+        return self.response
+
+
+def _wait_readable(poller: "select.poll", timeout: float) -> bool:
+    if timeout <= 0:
+        return bool(poller.poll(0))
+    return bool(poller.poll(max(1, int(timeout * 1000 + 0.999))))
+
+
+class _PlainTransport:
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.poller = select.poll()
+        self.poller.register(sock, select.POLLIN)
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def recv(self, timeout: float) -> Optional[bytes]:
+        """Bytes received, ``b""`` when the peer closed, ``None`` when ``timeout`` passed."""
+        if not _wait_readable(self.poller, timeout):
+            return None
+        return self.sock.recv(RECV_BYTES)
+
+
+class _TlsTransport:
+    """TLS over memory BIOs, so the reader thread and senders never share an SSL object unlocked.
+
+    ``ssl.SSLSocket`` may not be read and written from two threads at once; here every SSL call
+    runs under ``_ssl_lock``, and encrypted bytes leave in order under ``_send_lock``.
+    """
+
+    def __init__(self, sock: socket.socket, context: ssl.SSLContext, server_hostname: Optional[str]):
+        self.sock = sock
+        self._in = ssl.MemoryBIO()
+        self._out = ssl.MemoryBIO()
+        self._obj = context.wrap_bio(self._in, self._out, server_hostname=server_hostname)
+        self._ssl_lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self.poller = select.poll()
+        self.poller.register(sock, select.POLLIN)
+
+    def handshake(self) -> None:
+        while True:
+            try:
+                self._obj.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self._flush()
+                data = self.sock.recv(RECV_BYTES)
+                if not data:
+                    raise ssl.SSLError("peer closed the connection during the TLS handshake")
+                self._in.write(data)
+        self._flush()
+
+    def _flush(self) -> None:
+        data = self._out.read()
+        if data:
+            self.sock.sendall(data)
+
+    def send(self, data: bytes) -> None:
+        with self._send_lock:
+            with self._ssl_lock:
+                view = memoryview(data)
+                while view:
+                    n = self._obj.write(view)
+                    view = view[n:]
+                encrypted = self._out.read()
+            self.sock.sendall(encrypted)
+
+    def recv(self, timeout: float) -> Optional[bytes]:
+        """Decrypted bytes, ``b""`` when the peer closed, ``None`` when ``timeout`` passed."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if not _wait_readable(self.poller, deadline - time.monotonic()):
+                return None
+            raw = self.sock.recv(RECV_BYTES)
+            if not raw:
+                return b""
+            chunks = []
+            with self._ssl_lock:
+                self._in.write(raw)
+                while True:
+                    try:
+                        chunk = self._obj.read(RECV_BYTES)
+                    except ssl.SSLWantReadError:
+                        break
+                    except ssl.SSLZeroReturnError:
+                        return b""
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                pending = self._out.pending
+            if pending:  # post-handshake messages (key updates) must go out in order
+                with self._send_lock:
+                    with self._ssl_lock:
+                        extra = self._out.read()
+                    self.sock.sendall(extra)
+            if chunks:
+                return b"".join(chunks)
+
+
+class Connection:
+    """A connected remoting channel to one address.
+
+    ``credentials`` sign every request sent on it; ``request_handler`` answers requests that the
+    peer sends (for example NOTIFY_CONSUMER_IDS_CHANGED). Unhandled peer requests that expect an
+    answer get REQUEST_CODE_NOT_SUPPORTED, as a minimal Java client would send.
+    """
+
+    def __init__(self, address: str, *, connect_timeout: float = 3.0,
+                 tls: Optional[ssl.SSLContext] = None, credentials: Optional[Credentials] = None,
+                 request_handler: Optional[RequestHandler] = None,
+                 on_close: Optional[Callable[["Connection"], None]] = None,
+                 unavailable: Type[RemotingConnectionError] = BrokerUnavailable,
+                 serialize_type: int = SerializeType.JSON):
+        self.address = address
+        self.credentials = credentials
+        self.serialize_type = serialize_type
+        self._request_handler = request_handler
+        self._on_close = on_close
+        self._unavailable = unavailable
+        self._opaque = itertools.count(1)
+        self._pending: Dict[int, ResponseFuture] = {}
+        self._cond = threading.Condition(threading.Lock())
+        self._send_lock = threading.Lock()
+        self._reading = False  # one thread at a time holds the reading role
+        self._decoder = FrameDecoder()
+        self._closed = False
+        self._close_reason = ""
+        self.last_used = time.monotonic()
+        host, port = split_address(address)
+        try:
+            sock = socket.create_connection((host, port), timeout=connect_timeout)
+        except OSError as exc:
+            raise unavailable(address, f"cannot connect: {exc.strerror or exc}") from None
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if tls is not None:
+                transport = _TlsTransport(sock, tls, host if tls.check_hostname else None)
+                transport.handshake()
+            else:
+                transport = _PlainTransport(sock)
+            sock.settimeout(SEND_TIMEOUT)
+        except (OSError, ssl.SSLError) as exc:
+            sock.close()
+            raise unavailable(address, f"TLS handshake failed: {exc}") from None
+        self._sock = sock
+        self._transport = transport
+
+    # ------------------------------------------------------------------ public
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def send_request(self, cmd: RemotingCommand, oneway: bool = False) -> Optional[ResponseFuture]:
+        """Send ``cmd``; returns the future of its response (``None`` for a oneway request)."""
+        return self.send_requests([cmd], oneway)[0]
+
+    def send_requests(self, cmds: Sequence[RemotingCommand], oneway: bool = False
+                      ) -> List[Optional[ResponseFuture]]:
+        """Send several requests in one write (one system call); returns their futures."""
+        if self._closed:
+            raise self._unavailable(self.address, self._close_reason or "connection closed")
+        frames, futures = [], []
+        for cmd in cmds:
+            cmd.opaque = next(self._opaque) & 0x7FFFFFFF
+            if oneway:
+                cmd.flag |= FLAG_ONEWAY
+            if cmd.ext_fields is None:
+                cmd.ext_fields = {}
+            if self.credentials is not None:
+                self.credentials.sign(cmd.ext_fields, cmd.body)
+            frames.append(encode_frame(cmd, self.serialize_type))
+            futures.append(None if oneway else ResponseFuture(cmd.opaque,
+                                                              code_name(cmd.code, False)))
+        if not oneway:
+            with self._cond:
+                for future in futures:
+                    self._pending[future.opaque] = future
+        try:
+            with self._send_lock:
+                self._transport.send(frames[0] if len(frames) == 1 else b"".join(frames))
+        except (OSError, ssl.SSLError) as exc:
+            self._fail(f"send failed: {exc}")
+            raise self._unavailable(self.address, f"send failed: {exc}") from None
+        self.last_used = time.monotonic()
+        return futures
+
+    def invoke(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send ``cmd`` and wait at most ``timeout`` seconds for its response."""
+        return self.wait(self.send_request(cmd), timeout)
+
+    def wait(self, future: ResponseFuture, timeout: float) -> RemotingCommand:
+        """Wait for a future from :meth:`send_request`; raises RequestTimeout after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._cond:
+                while not future.done and self._reading:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._cond.wait(remaining)
+                if future.done:
+                    return future.result()
+                if time.monotonic() >= deadline:
+                    self._pending.pop(future.opaque, None)
+                    raise RequestTimeout(self.address, future.request_name, timeout)
+                self._reading = True
+            try:
+                self._read_until(future, deadline)
+            finally:
+                with self._cond:
+                    self._reading = False
+                    self._cond.notify_all()
+
+    def invoke_oneway(self, cmd: RemotingCommand) -> None:
+        self.send_request(cmd, oneway=True)
+
+    def poll(self) -> bool:
+        """Read whatever has already arrived without blocking (peer requests, a close).
+
+        Returns whether the connection is still open. Idle pooled connections are polled
+        before reuse, so a connection the broker closed is noticed before a request is lost
+        on it."""
+        with self._cond:
+            if self._closed or self._reading:
+                return not self._closed
+            self._reading = True
+        try:
+            self._read_until(None, time.monotonic())
+        finally:
+            with self._cond:
+                self._reading = False
+                self._cond.notify_all()
+        return not self._closed
+
+    def close(self, reason: str = "closed by the client") -> None:
+        self._fail(reason, ClientClosed(f"connection to {self.address} {reason}"))
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<Connection {self.address} {state}, {len(self._pending)} in flight>"
+
+    # ------------------------------------------------------------------ internals
+
+    def _fail(self, reason: str, error: Optional[BaseException] = None) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._close_reason = reason
+            pending, self._pending = self._pending, {}
+            err = error or self._unavailable(self.address, reason)
+            for future in pending.values():
+                future.error = err
+                future.done = True
+            self._cond.notify_all()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+        if self._on_close is not None:
+            try:
+                self._on_close(self)
+            except Exception:
+                log.exception("on_close callback failed")
+
+    def _read_until(self, future: Optional[ResponseFuture], deadline: float) -> None:
+        """Read and dispatch frames until ``future`` is done, the deadline passes or the
+        connection fails. Only the thread holding the reading role calls this."""
+        transport = self._transport
+        while not self._closed and (future is None or not future.done):
+            try:
+                data = transport.recv(deadline - time.monotonic())
+            except (OSError, ssl.SSLError) as exc:
+                self._fail(f"connection lost: {exc}")
+                return
+            if data is None:  # deadline passed
+                return
+            if not data:
+                self._fail("closed by the peer")
+                return
+            try:
+                commands = self._decoder.feed(data)
+            except ProtocolError as exc:
+                log.warning("protocol error from %s: %s", self.address, exc)
+                self._fail(f"protocol error: {exc}", exc)
+                return
+            completed = False
+            for cmd in commands:
+                if cmd.is_response:
+                    with self._cond:
+                        waiting = self._pending.pop(cmd.opaque, None)
+                        if waiting is not None:
+                            waiting.response = cmd
+                            waiting.done = True
+                            completed = True
+                    if waiting is None:
+                        log.debug("dropping late response %s from %s", cmd.describe(),
+                                  self.address)
+                else:
+                    self._serve_peer_request(cmd)
+            if completed:
+                with self._cond:
+                    self._cond.notify_all()
+
+    def _serve_peer_request(self, cmd: RemotingCommand) -> None:
+        response = None
+        if self._request_handler is not None:
+            try:
+                response = self._request_handler(self, cmd)
+            except Exception:
+                log.exception("handler for peer request %s failed", cmd.describe())
+        if cmd.is_oneway:
+            return
+        if response is None:
+            response = cmd.make_response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                remark=f" request type {cmd.code} not supported", language="PYTHON")
+        response.opaque = cmd.opaque
+        try:
+            with self._send_lock:
+                self._transport.send(encode_frame(response, self.serialize_type))
+        except (OSError, ssl.SSLError) as exc:
+            self._fail(f"send failed: {exc}")

@@ -1,0 +1,229 @@
+"""A producer: single and batch sends, queue choice, topic auto-creation through TBW102."""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Union
+
+from .broker import BrokerClient, SendResponse
+from .config import ClientConfig
+from .errors import RocketMQError, RouteNotFound
+from .nameserver import NameServerClient
+from .protocol import message as M
+from .protocol import properties as P
+from .protocol.codes import DEFAULT_TOPIC
+from .protocol.route import MessageQueue, TopicRouteData
+from .pull import is_transient
+from .remoting import RemotingClient
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Message:
+    """A message to send. ``keys`` may be one string or several (stored space-separated)."""
+
+    topic: str
+    body: bytes
+    tags: Optional[str] = None
+    keys: Union[str, Sequence[str], None] = None
+    properties: Mapping[str, str] = field(default_factory=dict)
+    flag: int = 0
+
+    def property_map(self, uniq_key: str) -> Dict[str, str]:
+        props = dict(self.properties)
+        if self.keys:
+            props[P.KEYS] = self.keys if isinstance(self.keys, str) else " ".join(self.keys)
+        if self.tags:
+            props[P.TAGS] = self.tags
+        props.setdefault(P.UNIQ_KEY, uniq_key)
+        props.setdefault(P.WAIT, "true")
+        return props
+
+
+@dataclass
+class SendResult:
+    status: str
+    msg_id: str             # the client id (UNIQ_KEY); the first one for a batch
+    offset_msg_id: str      # the broker's id(s)
+    queue: MessageQueue
+    queue_offset: int       # the first message's offset for a batch
+
+
+class Producer:
+    """Sends messages to a topic's writable queues, round robin unless a queue is given.
+
+    A topic the name servers do not know is sent through the TBW102 template route, so a broker
+    with auto-creation on creates it, as RocketMQ's own producers do.
+    """
+
+    def __init__(self, name_server: Union[str, Sequence[str]],
+                 group: str = "rocketmq-spark-producer", config: Optional[ClientConfig] = None,
+                 compress_over: int = 4096, compression: int = M.COMPRESSION_ZLIB,
+                 default_topic_queue_nums: int = 4, send_timeout: float = 5.0, retries: int = 2):
+        self.config = config or ClientConfig()
+        self.remoting = RemotingClient(self.config)
+        self.names = NameServerClient(name_server, self.remoting)
+        self.brokers = BrokerClient(self.remoting)
+        self.group = group
+        self.compress_over = compress_over
+        self.compression = compression
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self.send_timeout = send_timeout
+        self.retries = retries
+        self._rr = itertools.count()
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ routes
+
+    def _route(self, topic: str, refresh: bool = False) -> TopicRouteData:
+        try:
+            return self.names.route(topic, refresh)
+        except RouteNotFound:
+            template = self.names.route(DEFAULT_TOPIC, refresh)
+            n = self.default_topic_queue_nums
+            return dataclasses.replace(template, queue_datas=[
+                dataclasses.replace(q, read_queue_nums=min(q.read_queue_nums, n),
+                                    write_queue_nums=min(q.write_queue_nums, n))
+                for q in template.queue_datas])
+
+    def queues(self, topic: str, refresh: bool = False) -> List[MessageQueue]:
+        """The writable queues of ``topic`` (from the template route if it is new)."""
+        queues = self._route(topic, refresh).writable_queues(topic)
+        if not queues:
+            raise RouteNotFound(topic, "the topic has no writable queue")
+        return queues
+
+    def _address(self, queue: MessageQueue, route: TopicRouteData) -> str:
+        broker = route.broker(queue.broker_name)
+        if broker is None or broker.master_addr is None:
+            raise RouteNotFound(queue.topic, f"broker {queue.broker_name} has no master")
+        return broker.master_addr
+
+    # ------------------------------------------------------------------ sending
+
+    def _encode(self, message: Message) -> tuple:
+        uniq = M.new_uniq_key()
+        body, sys_flag = bytes(message.body), 0
+        if self.compress_over >= 0 and len(body) >= self.compress_over:
+            body, sys_flag = M.compress_body(body, self.compression)
+        props = P.encode_properties(message.property_map(uniq))
+        return uniq, body, sys_flag, props
+
+    def send(self, message: Message, queue: Optional[MessageQueue] = None) -> SendResult:
+        """Send one message; bodies of ``compress_over`` bytes or more are compressed."""
+        uniq, body, sys_flag, props = self._encode(message)
+        return self._send_with_retry(message.topic, queue, uniq, dict(
+            body=body, properties=props, sys_flag=sys_flag, flag=message.flag))
+
+    def send_batch(self, messages: Sequence[Message], queue: Optional[MessageQueue] = None
+                   ) -> SendResult:
+        """Send messages of one topic as one SEND_BATCH_MESSAGE; they land in one queue with
+        consecutive offsets. Batches are not compressed (as with Java producers)."""
+        topic, first, body = self._encode_batch(messages)
+        return self._send_with_retry(topic, queue, first, self._batch_fields(body))
+
+    @staticmethod
+    def _encode_batch(messages: Sequence[Message]) -> tuple:
+        if not messages:
+            raise ValueError("a batch needs at least one message")
+        topic = messages[0].topic
+        if any(m.topic != topic for m in messages):
+            raise ValueError("all messages of a batch must have the same topic")
+        entries, first = [], None
+        for m in messages:
+            uniq = M.new_uniq_key()
+            first = first or uniq
+            entries.append(M.BatchEntry(bytes(m.body), P.encode_properties(m.property_map(uniq)),
+                                        m.flag))
+        return topic, first, M.encode_batch(entries)
+
+    @staticmethod
+    def _batch_fields(body: bytes) -> dict:
+        # The batch header carries WAIT only: a UNIQ_KEY here would overwrite every message's own.
+        return dict(body=body, properties=P.encode_properties({P.WAIT: "true"}), batch=True)
+
+    def _send_async(self, target: MessageQueue, route: TopicRouteData, fields: dict):
+        return self.brokers.send_message_async(
+            self._address(target, route), target.broker_name, producer_group=self.group,
+            topic=target.topic, queue_id=target.queue_id, born_timestamp=int(time.time() * 1000),
+            default_topic_queue_nums=self.default_topic_queue_nums, **fields)
+
+    def _pick(self, topic: str, route: TopicRouteData, avoid: set = frozenset()) -> MessageQueue:
+        candidates = route.writable_queues(topic)
+        if not candidates:
+            raise RouteNotFound(topic, "the topic has no writable queue")
+        fresh = [q for q in candidates if q.broker_name not in avoid] or candidates
+        return fresh[next(self._rr) % len(fresh)]
+
+    def _result(self, target: MessageQueue, uniq: str, r: SendResponse) -> SendResult:
+        return SendResult(r.status, uniq, r.offset_msg_id,
+                          MessageQueue(target.topic, target.broker_name, r.queue_id),
+                          r.queue_offset)
+
+    def _send_with_retry(self, topic: str, queue: Optional[MessageQueue], uniq: str,
+                         fields: dict) -> SendResult:
+        tried: set = set()
+        for attempt in range(self.retries + 1):
+            route = self._route(topic, refresh=attempt > 0)
+            target = queue or self._pick(topic, route, tried)
+            try:
+                pending = self._send_async(target, route, fields)
+                r = self.brokers.send_wait(self._address(target, route), pending,
+                                           self.send_timeout)
+            except RocketMQError as exc:
+                if not is_transient(exc) or attempt == self.retries:
+                    raise
+                tried.add(target.broker_name)
+                log.info("send to %s failed (%s); retrying", target, exc)
+                time.sleep(0.05 * (attempt + 1))
+                continue
+            return self._result(target, uniq, r)
+        raise AssertionError("unreachable")
+
+    def send_many(self, messages: Iterable[Message], batch_size: int = 256,
+                  in_flight: int = 8) -> List[SendResult]:
+        """Send many messages fast: batches spread round robin over the queues, several in
+        flight at once. Returns one result per batch, in send order. No retries: a failure
+        raises, and batches already acknowledged stay sent."""
+        pending: List = []
+        results: List[SendResult] = []
+
+        def finish_oldest():
+            target, address, uniq, p = pending.pop(0)
+            results.append(self._result(target, uniq,
+                                        self.brokers.send_wait(address, p, self.send_timeout)))
+
+        def start(batch: List[Message]):
+            topic, first, body = self._encode_batch(batch)
+            route = self._route(topic)
+            target = self._pick(topic, route)
+            pending.append((target, self._address(target, route), first,
+                            self._send_async(target, route, self._batch_fields(body))))
+            if len(pending) >= in_flight:
+                finish_oldest()
+
+        chunk: List[Message] = []
+        for m in messages:
+            if chunk and (m.topic != chunk[0].topic or len(chunk) >= batch_size):
+                start(chunk)
+                chunk = []
+            chunk.append(m)
+        if chunk:
+            start(chunk)
+        while pending:
+            finish_oldest()
+        return results
+
+    def close(self) -> None:
+        self.remoting.close()
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

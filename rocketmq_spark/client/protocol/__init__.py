@@ -1,0 +1,1 @@
+"""The remoting protocol as pure functions over bytes: frames, headers, messages, routes."""

@@ -1,0 +1,78 @@
+"""Message properties: ``name \\x01 value \\x02`` text, and the well-known property names."""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Mapping
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+TAGS = "TAGS"
+KEYS = "KEYS"
+UNIQ_KEY = "UNIQ_KEY"
+WAIT = "WAIT"
+CLUSTER = "CLUSTER"
+DELAY = "DELAY"
+MIN_OFFSET = "MIN_OFFSET"
+MAX_OFFSET = "MAX_OFFSET"
+
+
+def encode_properties(props: Mapping[str, str], trailing_separator: bool = True) -> str:
+    """Properties text. ``trailing_separator=False`` is the 4.9.1-5.1.4 form (no final ``\\x02``)."""
+    for name, value in props.items():
+        for text in (name, value):
+            if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
+                raise ValueError(f"property {name!r} contains a \\x01 or \\x02 separator")
+    text = PROPERTY_SEPARATOR.join(f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in props.items())
+    if trailing_separator and text:
+        text += PROPERTY_SEPARATOR
+    return text
+
+
+def decode_properties(text: str) -> Dict[str, str]:
+    """Java's rule: split on ``\\x02``; the first ``\\x01`` splits name and value; pairs with an
+    empty name or value are dropped; a later duplicate wins. Accepts both trailing forms."""
+    out: Dict[str, str] = {}
+    if not text:
+        return out
+    for item in text.split(PROPERTY_SEPARATOR):
+        if len(item) < 3:
+            continue
+        name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+        if sep and name and value:
+            out[name] = value
+    return out
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode()`` as a signed 32-bit int (used for tag codes)."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def java_hashmap_order(keys: Iterable[str]) -> List[str]:
+    """The iteration order of a ``java.util.HashMap`` holding ``keys`` (inserted in this order).
+
+    A genuine broker rebuilds the stored properties from a HashMap, so their order on disk is
+    this order; the embedded server uses it to store byte-identical properties.
+    """
+    keys = list(dict.fromkeys(keys))
+    capacity = 16
+    while len(keys) > capacity * 0.75:
+        capacity *= 2
+
+    def bucket(item):
+        h = java_string_hash(item[1]) & 0xFFFFFFFF
+        return ((h ^ (h >> 16)) & (capacity - 1), item[0])
+
+    return [k for _, k in sorted(enumerate(keys), key=bucket)]
+
+
+def split_tags_expression(expression: str) -> List[str]:
+    """Tags of a TAG subscription expression (``"a || b"``); ``[]`` means everything (``*``)."""
+    expression = (expression or "").strip()
+    if not expression or expression == "*":
+        return []
+    return [t.strip() for t in expression.split("||") if t.strip()]

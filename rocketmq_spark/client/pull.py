@@ -1,0 +1,138 @@
+"""PULL_MESSAGE: the request header and the one place that maps a response to a pull status."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+from .errors import AuthError, ResponseError
+from .protocol.codes import (
+    PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND, ResponseCode,
+)
+from .protocol.frame import RemotingCommand
+
+
+class PullStatus(enum.Enum):
+    FOUND = "FOUND"                    # messages in the body
+    NO_NEW_MSG = "NO_NEW_MSG"          # nothing at the offset (after the long poll, if asked)
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"  # a filtered window had no match: continue at once
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"  # offset outside [min, max]: data loss or a reset queue
+
+
+_STATUS_BY_CODE = {
+    ResponseCode.SUCCESS: PullStatus.FOUND,
+    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
+}
+
+# Answers worth retrying after a pause: the broker is busy, shutting down or hit a passing fault.
+TRANSIENT_CODES = frozenset({
+    ResponseCode.SYSTEM_BUSY, ResponseCode.FLOW_CONTROL, ResponseCode.GO_AWAY,
+    ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
+})
+
+
+@dataclass
+class PullResult:
+    """One pull's outcome; ``body`` holds the stored messages when ``status`` is FOUND."""
+
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    suggest_which_broker_id: int = 0
+    body: bytes = b""
+    remark: str = ""
+    offset_delta: int = 0
+
+
+@dataclass(frozen=True)
+class PullRequest:
+    consumer_group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    broker_name: str = ""
+    max_msg_nums: int = 32
+    subscription: str = "*"
+    expression_type: str = "TAG"
+    suspend_timeout_ms: int = 0
+    commit_offset: Optional[int] = None
+
+    @property
+    def sys_flag(self) -> int:
+        flag = PULL_FLAG_SUBSCRIPTION
+        if self.suspend_timeout_ms > 0:
+            flag |= PULL_FLAG_SUSPEND
+        if self.commit_offset is not None:
+            flag |= PULL_FLAG_COMMIT_OFFSET
+        return flag
+
+    def ext_fields(self) -> Dict[str, str]:
+        fields = {
+            "consumerGroup": self.consumer_group,
+            "topic": self.topic,
+            "queueId": str(self.queue_id),
+            "queueOffset": str(self.queue_offset),
+            "maxMsgNums": str(self.max_msg_nums),
+            "sysFlag": str(self.sys_flag),
+            "commitOffset": str(self.commit_offset or 0),
+            "suspendTimeoutMillis": str(self.suspend_timeout_ms),
+            "subscription": self.subscription or "*",
+            "subVersion": "0",
+            "expressionType": self.expression_type,
+        }
+        if self.broker_name:
+            fields["bname"] = self.broker_name
+        return fields
+
+
+def _long(fields: Dict[str, str], key: str, default: int = 0) -> int:
+    value = fields.get(key)
+    return int(value) if value not in (None, "") else default
+
+
+def pull_result(response: RemotingCommand, request: str = "PULL_MESSAGE",
+                address: str = "") -> PullResult:
+    """Map a PULL_MESSAGE response to a :class:`PullResult`; other codes raise ResponseError."""
+    status = _STATUS_BY_CODE.get(response.code)
+    if status is None:
+        raise response_error(response, request, address)
+    fields = response.fields
+    try:
+        return PullResult(
+            status=status,
+            next_begin_offset=_long(fields, "nextBeginOffset"),
+            min_offset=_long(fields, "minOffset"),
+            max_offset=_long(fields, "maxOffset"),
+            suggest_which_broker_id=_long(fields, "suggestWhichBrokerId"),
+            body=response.body if status is PullStatus.FOUND else b"",
+            remark=response.remark or "",
+            offset_delta=_long(fields, "offsetDelta"))
+    except ValueError as exc:
+        from .errors import ProtocolError
+
+        raise ProtocolError(f"pull response from {address} has a non-numeric offset field: "
+                            f"{exc}", None, "header") from None
+
+
+def response_error(response: RemotingCommand, request: str, address: str) -> ResponseError:
+    """The typed error for a failed response (ACL refusals become :class:`AuthError`)."""
+    remark = response.remark or ""
+    lowered = remark.lower()
+    if response.code == ResponseCode.NO_PERMISSION or (
+            response.code == ResponseCode.SYSTEM_ERROR
+            and ("signature" in lowered or "accesskey" in lowered)):
+        return AuthError(response.code, remark, request, address)
+    return ResponseError(response.code, remark, request, address)
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether retrying later may succeed (as opposed to a request that can never work)."""
+    from .errors import RemotingConnectionError, RequestTimeout
+
+    if isinstance(error, (RemotingConnectionError, RequestTimeout)):
+        return True
+    return (isinstance(error, ResponseError) and not isinstance(error, AuthError)
+            and error.code in TRANSIENT_CODES)

@@ -1,0 +1,234 @@
+"""Read one queue's offset range [start, end) as Arrow batches: the executor's pull loop.
+
+Every pull status is handled here and nowhere else:
+
+* FOUND: keep the messages below ``end`` (and, with a tag filter, those whose TAGS string
+  matches: brokers filter by hash code, so collisions get through), continue at nextBeginOffset.
+* NO_MATCHED_MSG: a filtered window had no match; continue at nextBeginOffset at once.
+* OFFSET_ILLEGAL: the offset is outside [min, max]. Below min, retention deleted messages: data
+  loss. Above max, the queue was truncated or recreated: the rest of the range is gone.
+* NO_NEW_MSG before ``end``: the broker has less than it reported when the range was planned
+  (a failover to a lagging node, a restart without its data). Retried until the deadline, then
+  data loss for what the broker no longer has.
+
+Data loss raises :class:`DataLossError` unless the caller allowed it; then the skipped ranges are
+logged and counted in :attr:`QueueRangeReader.lost_ranges`. Transient faults (connection loss,
+timeouts, busy brokers) are retried with exponential backoff until ``retry_deadline`` passes.
+
+Pulls are pipelined: without a filter, requests for the next offsets on a grid of
+``max_msg_nums`` go out before the current answer is decoded.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .broker import BrokerClient
+from .errors import RocketMQError, RouteNotFound
+from .protocol.columns import decode_columns
+from .protocol.properties import split_tags_expression
+from .protocol.route import MessageQueue
+from .pull import PullRequest, PullResult, PullStatus, is_transient
+
+log = logging.getLogger(__name__)
+
+# (queue, suggested broker id, refresh) -> broker address
+AddressResolver = Callable[[MessageQueue, int, bool], str]
+
+
+class DataLossError(RocketMQError):
+    """Messages of a planned range no longer exist on the broker."""
+
+    def __init__(self, queue: MessageQueue, start: int, end: int, reason: str):
+        self.queue, self.start, self.end, self.reason = queue, start, end, reason
+        super().__init__(
+            f"data loss on queue {queue.key}: offsets [{start}, {end}) cannot be read: {reason}. "
+            "Set failOnDataLoss=false to skip lost messages (they are logged and counted).")
+
+
+@dataclass(frozen=True)
+class ReadSettings:
+    consumer_group: str
+    subscription: str = "*"
+    max_msg_nums: int = 32
+    pull_timeout: float = 10.0
+    pipeline_depth: int = 16
+    batch_max_messages: int = 8192
+    batch_max_bytes: int = 8 * 1024 * 1024
+    fail_on_data_loss: bool = True
+    verify_crc: bool = True
+    retry_deadline: float = 60.0
+    retry_backoff: float = 0.1
+    retry_backoff_max: float = 2.0
+
+
+class QueueRangeReader:
+    """Iterate Arrow batches (schema :data:`~.protocol.columns.SCHEMA`) of ``[start, end)``."""
+
+    def __init__(self, brokers: BrokerClient, resolve: AddressResolver, queue: MessageQueue,
+                 start: int, end: int, settings: ReadSettings):
+        self.brokers = brokers
+        self.resolve = resolve
+        self.queue = queue
+        self.start = start
+        self.end = end
+        self.settings = settings
+        self.tags = split_tags_expression(settings.subscription)
+        self.lost_ranges: List[Tuple[int, int]] = []
+        self.filtered_out = 0
+        self.pulls = 0
+        self.retries = 0
+        self._broker_id = 0
+        self._address: Optional[str] = None
+
+    @property
+    def lost_messages(self) -> int:
+        return sum(b - a for a, b in self.lost_ranges)
+
+    # ------------------------------------------------------------------ pulls
+
+    def _request(self, offset: int) -> PullRequest:
+        return PullRequest(consumer_group=self.settings.consumer_group, topic=self.queue.topic,
+                           queue_id=self.queue.queue_id, queue_offset=offset,
+                           broker_name=self.queue.broker_name,
+                           max_msg_nums=self.settings.max_msg_nums,
+                           subscription=self.settings.subscription)
+
+    def _send(self, offsets: List[int]) -> List[tuple]:
+        """Pull requests for ``offsets``, sent in one write; returns (address, pending) pairs."""
+        if self._address is None:
+            self._address = self.resolve(self.queue, self._broker_id, False)
+        address = self._address
+        sent = self.brokers.pull_many_async(address, [self._request(o) for o in offsets])
+        return [(address, pending) for pending in sent]
+
+    def _lose(self, start: int, end: int, reason: str) -> None:
+        if end <= start:
+            return
+        if self.settings.fail_on_data_loss:
+            raise DataLossError(self.queue, start, end, reason)
+        log.warning("skipping lost messages on %s: offsets [%d, %d) (%d messages): %s",
+                    self.queue.key, start, end, end - start, reason)
+        self.lost_ranges.append((start, end))
+
+    # ------------------------------------------------------------------ main loop
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        s = self.settings
+        offset = self.start
+        depth = 1 if self.tags else max(1, s.pipeline_depth)
+        step = max(1, s.max_msg_nums)
+        inflight: Dict[int, tuple] = {}
+        bodies: List[bytes] = []
+        buffered = 0
+        buffered_msgs = 0
+        failures_since = None
+        backoff = s.retry_backoff
+
+        while offset < self.end:
+            # Keep the current offset and the next grid points requested.
+            try:
+                wanted = [] if offset in inflight else [offset]
+                grid = self.start + ((offset - self.start) // step + 1) * step
+                # Top the pipeline up in bursts (one write each) once half of it has drained.
+                refill = len(inflight) + len(wanted) <= depth // 2
+                while refill and len(inflight) + len(wanted) < depth and grid < self.end:
+                    if grid not in inflight:
+                        wanted.append(grid)
+                    grid += step
+                if wanted:
+                    inflight.update(zip(wanted, self._send(wanted)))
+                address, pending = inflight.pop(offset)
+                result = self.brokers.pull_wait(address, pending, s.pull_timeout)
+            except RocketMQError as exc:
+                # The driver saw this queue when it planned the range: a route that lost it
+                # means its broker is down for now, which is worth waiting for.
+                if not (is_transient(exc) or isinstance(exc, RouteNotFound)):
+                    raise
+                inflight.clear()
+                failures_since = failures_since or time.monotonic()
+                if time.monotonic() - failures_since > s.retry_deadline:
+                    raise
+                self.retries += 1
+                log.info("pull of %s at %d failed (%s); retrying in %.2fs", self.queue.key,
+                         offset, exc, backoff)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, s.retry_backoff_max)
+                self._address = None
+                try:
+                    self._address = self.resolve(self.queue, 0, True)
+                except RocketMQError as resolve_error:
+                    log.info("cannot resolve %s yet: %s", self.queue.key, resolve_error)
+                continue
+            self.pulls += 1
+            failures_since, backoff = None, s.retry_backoff
+            if result.suggest_which_broker_id != self._broker_id:
+                self._broker_id = result.suggest_which_broker_id
+                self._address = None
+            nxt = result.next_begin_offset
+            status = result.status
+
+            if status is PullStatus.FOUND:
+                if nxt <= offset:
+                    raise RocketMQError(f"broker answered FOUND for {self.queue.key} at {offset} "
+                                        f"with nextBeginOffset {nxt}; refusing to loop")
+                bodies.append(result.body)
+                buffered += len(result.body)
+                buffered_msgs += min(nxt, self.end) - offset
+                offset = nxt
+            elif status is PullStatus.NO_MATCHED_MSG:
+                if nxt > offset:
+                    offset = nxt
+                else:  # a slave that suppresses corrections answers so: pause and ask again
+                    inflight.clear()
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, s.retry_backoff_max)
+            elif status is PullStatus.OFFSET_ILLEGAL:
+                inflight.clear()
+                if nxt > offset:  # below min: retention deleted [offset, min)
+                    lost_end = min(nxt, self.end)
+                    self._lose(offset, lost_end, f"retention moved the queue's min offset to "
+                                                 f"{result.min_offset}")
+                    offset = lost_end
+                else:  # above max, or the queue is empty: nothing left of [offset, end)
+                    self._lose(offset, self.end, f"the queue's max offset is now "
+                                                 f"{result.max_offset}")
+                    offset = self.end
+            else:  # NO_NEW_MSG before the planned end
+                inflight.clear()
+                failures_since = failures_since or time.monotonic()
+                if time.monotonic() - failures_since > min(s.retry_deadline, s.pull_timeout):
+                    self._lose(offset, self.end,
+                               f"the broker has messages only up to {result.max_offset}")
+                    offset = self.end
+                else:
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, s.retry_backoff_max)
+                    self._address = None
+
+            for stale in [k for k in inflight if k < offset]:
+                del inflight[stale]  # answers for skipped offsets are dropped on arrival
+            if bodies and (buffered >= s.batch_max_bytes or buffered_msgs >= s.batch_max_messages
+                           or offset >= self.end):
+                batch = self._decode(bodies)
+                bodies, buffered, buffered_msgs = [], 0, 0
+                if batch.num_rows:
+                    yield batch
+
+    def _decode(self, bodies: List[bytes]) -> pa.RecordBatch:
+        batch = decode_columns(b"".join(bodies), verify_crc=self.settings.verify_crc)
+        offsets = batch.column("queue_offset")
+        if batch.num_rows and offsets[-1].as_py() >= self.end:
+            batch = batch.filter(pc.less(offsets, self.end))
+        if self.tags and batch.num_rows:
+            keep = pc.is_in(batch.column("tags"), value_set=pa.array(self.tags, pa.string()))
+            keep = pc.fill_null(keep, False)
+            before = batch.num_rows
+            batch = batch.filter(keep)
+            self.filtered_out += before - batch.num_rows
+        return batch

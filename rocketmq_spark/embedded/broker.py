@@ -1,0 +1,374 @@
+"""A broker: its store, client registry and long polling, behind a remoting server.
+
+The request handlers answer as a 4.9.8 master broker does (codes, remarks, ext-field sets and
+their HashMap order, ``{}`` versus no ``extFields``). Sends and pulls live in :mod:`.send` and
+:mod:`.pull`; the smaller requests are here.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Mapping, Optional
+
+from ..client.protocol.codes import (
+    DEFAULT_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE, RequestCode,
+)
+from ..client.protocol.codes import ResponseCode as RC
+from ..client.protocol.frame import RemotingCommand
+from ..client.protocol.route import dumps_fastjson
+from .consumers import (
+    CONSUME_FROM, CONSUME_TYPES, MESSAGE_MODELS, ChannelInfo, ClientRegistry, enum_name,
+    subscription_from_heartbeat,
+)
+from .faults import FaultInjector
+from .headers import HeaderError, java_bool, opt_int, opt_str, req_int, req_long, req_str
+from .long_poll import LongPollService
+from .nameserver import NameServer, unsupported
+from .options import ServerOptions
+from .pull import handle_pull
+from .send import RETRY_PREFIX, SYSTEM_TOPICS, handle_send, validate_topic
+from .server import RemotingServer, ServerConnection
+from .store import BrokerStore, TopicConfig
+from .tls import TlsSettings
+
+log = logging.getLogger(__name__)
+
+NOT_SET_REMARK = "not set any response code"
+QUERY_NOT_FOUND_REMARK = "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
+LOCK_EXPIRY_SECONDS = 60.0
+
+
+class Broker:
+    """One broker (master, id 0) of an embedded cluster. Runs on the cluster's event loop."""
+
+    def __init__(self, name: str, namesrv: NameServer, options: ServerOptions, *,
+                 host: str = "127.0.0.1", port: int = 0, data_dir: Optional[Path] = None,
+                 acl: Optional[Mapping[str, str]] = None, tls: Optional[TlsSettings] = None,
+                 faults: Optional[FaultInjector] = None):
+        self.name = name
+        self.cluster = options.cluster_name
+        self.options = options
+        self.namesrv = namesrv
+        self.store = BrokerStore(data_dir, options.flush_interval)
+        self.clients = ClientRegistry(self._notify_ids_changed)
+        self.long_poll = LongPollService(self._repull)
+        self.server = RemotingServer(name, self, host=host, port=port, tls=tls, acl=acl,
+                                     faults=faults, version=options.version)
+        self._loaded = False
+        self._housekeeping: Optional[asyncio.Task] = None
+        self._locks: Dict[tuple, tuple] = {}
+        self._handlers: Dict[int, Callable[[ServerConnection, RemotingCommand],
+                                           Optional[RemotingCommand]]] = {
+            RequestCode.SEND_MESSAGE: lambda c, r: handle_send(self, c, r),
+            RequestCode.SEND_MESSAGE_V2: lambda c, r: handle_send(self, c, r),
+            RequestCode.SEND_BATCH_MESSAGE: lambda c, r: handle_send(self, c, r),
+            RequestCode.PULL_MESSAGE: lambda c, r: handle_pull(self, c, r),
+            RequestCode.QUERY_CONSUMER_OFFSET: self._query_consumer_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: self._update_consumer_offset,
+            RequestCode.UPDATE_AND_CREATE_TOPIC: self._update_and_create_topic,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self._search_offset,
+            RequestCode.GET_MAX_OFFSET: self._get_max_offset,
+            RequestCode.GET_MIN_OFFSET: self._get_min_offset,
+            RequestCode.GET_EARLIEST_MSG_STORETIME: self._get_earliest_time,
+            RequestCode.HEART_BEAT: self._heartbeat,
+            RequestCode.UNREGISTER_CLIENT: self._unregister_client,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: self._consumer_list,
+            RequestCode.GET_CONSUME_STATS: self._consume_stats,
+            41: self._lock_batch,    # LOCK_BATCH_MQ (orderly consumers)
+            42: self._unlock_batch,  # UNLOCK_BATCH_MQ
+        }
+
+    # ---------------------------------------------------------------- identity
+
+    @property
+    def addr(self) -> str:
+        """The advertised address (what routes list and stored records carry as storeHost)."""
+        return self.server.addr
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def running(self) -> bool:
+        return self.server.running
+
+    def topic_configs(self) -> Dict[str, TopicConfig]:
+        return self.store.topics
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        """Load the store once, bind (the same port after a stop) and register."""
+        if self.running:
+            return
+        remembered = False
+        if not self._loaded:
+            self.store.load()
+            self._loaded = True
+            if self.server.port == 0 and self.store.port:
+                self.server.port = self.store.port  # try the port of the previous run
+                remembered = True
+            if self.options.auto_create_topics and DEFAULT_TOPIC not in self.store.topics:
+                n = self.options.default_topic_queue_nums
+                self.store.put_topic(TopicConfig(DEFAULT_TOPIC, n, n,
+                                                 PERM_INHERIT | PERM_READ | PERM_WRITE))
+        try:
+            await self.server.start()
+        except OSError:
+            if not remembered:
+                raise
+            self.server.port = 0  # the previous run's port is taken; any free one will do
+            await self.server.start()
+        if self.store.port != self.server.port:
+            self.store.port = self.server.port
+            self.store.mark_dirty(now=True)
+        self.namesrv.register(self)
+        self._housekeeping = asyncio.get_running_loop().create_task(self._housekeep())
+
+    async def stop(self) -> None:
+        """Unregister, drop parked pulls and connections, close the listener; data is kept."""
+        if not self.running:
+            return
+        self.namesrv.unregister(self.name)
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
+            self._housekeeping = None
+        self.long_poll.clear()
+        await self.server.stop()
+        self.store.flush(force=True)
+
+    async def close(self) -> None:
+        await self.stop()
+        self.store.close()
+
+    async def _housekeep(self) -> None:
+        """Flush offsets and expire clients that stopped heartbeating."""
+        while True:
+            opts = self.options
+            await asyncio.sleep(min(opts.housekeeping_interval, opts.flush_interval))
+            try:
+                self.store.flush()
+                for conn in self.clients.expired_connections(self.options.channel_expiry_seconds):
+                    log.info("%s: closing %s, no heartbeat for %.0f s", self.name, conn.peer,
+                             self.options.channel_expiry_seconds)
+                    self.clients.connection_closed(conn)
+                    conn.close()
+            except Exception:  # pragma: no cover - keep the task alive
+                log.exception("%s: housekeeping failed", self.name)
+
+    # ---------------------------------------------------------------- Handler protocol
+
+    def handle(self, conn: ServerConnection, cmd: RemotingCommand) -> Optional[RemotingCommand]:
+        handler = self._handlers.get(cmd.code)
+        if handler is None:
+            return unsupported(cmd, self.options.version)
+        return handler(conn, cmd)
+
+    def connection_closed(self, conn: ServerConnection) -> None:
+        self.long_poll.connection_closed(conn)
+        self.clients.connection_closed(conn)
+
+    def _repull(self, conn, cmd: RemotingCommand) -> Optional[RemotingCommand]:
+        """A parked pull's second run (never parks, never commits)."""
+        try:
+            return handle_pull(self, conn, cmd, allow_suspend=False)
+        except HeaderError as exc:
+            return self._reply(cmd, RC.SYSTEM_ERROR, {}, str(exc))
+
+    def _notify_ids_changed(self, conn, group: str) -> None:
+        conn.send_oneway(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
+
+    def _reply(self, cmd: RemotingCommand, code: int, ext: Optional[Dict[str, str]] = None,
+               remark: Optional[str] = None, body: bytes = b"") -> RemotingCommand:
+        return cmd.make_response(code, ext, remark, body=body, version=self.options.version)
+
+    # ---------------------------------------------------------------- offsets
+
+    def _query_consumer_offset(self, conn, cmd):
+        f = cmd.fields
+        group, topic = req_str(f, "consumerGroup"), req_str(f, "topic")
+        queue_id = req_int(f, "queueId")
+        offset = self.store.query_offset(group, topic, queue_id)
+        if offset >= 0:
+            return self._reply(cmd, RC.SUCCESS, {"offset": str(offset)})
+        queue = self.store.existing_queue(topic, queue_id)
+        if queue is None or queue.min_offset <= 0:
+            # 4.9.8: min offset 0 and message 0 still "in memory" (or the queue empty) -> 0
+            return self._reply(cmd, RC.SUCCESS, {"offset": "0"})
+        return self._reply(cmd, RC.QUERY_NOT_FOUND, {}, QUERY_NOT_FOUND_REMARK)
+
+    def _update_consumer_offset(self, conn, cmd):
+        f = cmd.fields
+        self.store.commit_offset(req_str(f, "consumerGroup"), req_str(f, "topic"),
+                                 req_int(f, "queueId"), req_long(f, "commitOffset"))
+        return self._reply(cmd, RC.SUCCESS, {})
+
+    def _get_max_offset(self, conn, cmd):
+        f = cmd.fields
+        queue = self.store.existing_queue(req_str(f, "topic"), req_int(f, "queueId"))
+        return self._reply(cmd, RC.SUCCESS, {"offset": str(queue.max_offset if queue else 0)})
+
+    def _get_min_offset(self, conn, cmd):
+        f = cmd.fields
+        queue = self.store.existing_queue(req_str(f, "topic"), req_int(f, "queueId"))
+        return self._reply(cmd, RC.SUCCESS, {"offset": str(queue.min_offset if queue else 0)})
+
+    def _search_offset(self, conn, cmd):
+        f = cmd.fields
+        topic, queue_id = req_str(f, "topic"), req_int(f, "queueId")
+        timestamp = req_long(f, "timestamp")
+        boundary = opt_str(f, "boundaryType")
+        if boundary is None:
+            mode = self.options.search_by_time
+        else:
+            mode = "upper" if boundary.lower() == "upper" else "lower"
+        queue = self.store.existing_queue(topic, queue_id)
+        return self._reply(cmd, RC.SUCCESS,
+                           {"offset": str(queue.search(timestamp, mode) if queue else 0)})
+
+    def _get_earliest_time(self, conn, cmd):
+        f = cmd.fields
+        queue = self.store.existing_queue(req_str(f, "topic"), req_int(f, "queueId"))
+        return self._reply(cmd, RC.SUCCESS,
+                           {"timestamp": str(queue.earliest_time() if queue else -1)})
+
+    # ---------------------------------------------------------------- admin
+
+    def _update_and_create_topic(self, conn, cmd):
+        f = cmd.fields
+        topic = req_str(f, "topic")
+        req_str(f, "defaultTopic")
+        read_nums, write_nums = req_int(f, "readQueueNums"), req_int(f, "writeQueueNums")
+        perm = req_int(f, "perm")
+        filter_type = req_str(f, "topicFilterType")
+        sys_flag = opt_int(f, "topicSysFlag", 0) or 0
+        order = java_bool(f.get("order"))
+        if topic == self.cluster:
+            return self._reply(cmd, RC.SYSTEM_ERROR, None,
+                               f"the topic[{topic}] is conflict with system reserved words.")
+        bad = validate_topic(topic)
+        if bad:
+            return self._reply(cmd, RC.SYSTEM_ERROR, None, bad)
+        if topic in SYSTEM_TOPICS or topic.startswith("rmq_sys_"):
+            return self._reply(cmd, RC.SYSTEM_ERROR, None,
+                               f"The topic[{topic}] is conflict with system topic.")
+        self.store.put_topic(TopicConfig(topic, read_nums, write_nums, perm, filter_type,
+                                         sys_flag, order))
+        return self._reply(cmd, RC.SUCCESS, None, NOT_SET_REMARK)
+
+    def _consume_stats(self, conn, cmd):
+        f = cmd.fields
+        group = req_str(f, "consumerGroup")
+        topic = f.get("topic")
+        topics = [topic] if topic and topic.strip() else self.store.topics_of_group(group)
+        info = self.clients.consumers.get(group)
+        table = {}
+        for t in dict.fromkeys(topics):
+            config = self.store.topics.get(t)
+            if config is None:
+                continue
+            if info is not None and info.subscriptions and t not in info.subscriptions:
+                continue
+            for qid in range(config.read_queue_nums):
+                queue = self.store.existing_queue(t, qid)
+                broker_offset = queue.max_offset if queue else 0
+                consumer_offset = max(self.store.query_offset(group, t, qid), 0)
+                last = 0
+                if consumer_offset > 0 and queue is not None:
+                    last = queue.store_time(consumer_offset - 1) or 0
+                key = dumps_fastjson({"brokerName": self.name, "queueId": qid, "topic": t})
+                table[key.decode()] = {"brokerOffset": broker_offset,
+                                       "consumerOffset": consumer_offset, "lastTimestamp": last}
+        entries = ",".join(f"{k}:{json.dumps(v, separators=(',', ':'))}"
+                           for k, v in table.items())
+        body = ('{"consumeTps":0.0,"offsetTable":{' + entries + "}}").encode()
+        return self._reply(cmd, RC.SUCCESS, None, body=body)
+
+    # ---------------------------------------------------------------- clients
+
+    def _heartbeat(self, conn, cmd):
+        try:
+            data = json.loads(cmd.body.decode("utf-8") or "{}")
+            if not isinstance(data, dict):
+                raise ValueError("heartbeat body is not a JSON object")
+        except (UnicodeDecodeError, ValueError) as exc:
+            return self._reply(cmd, RC.SYSTEM_ERROR, None,
+                               f"com.alibaba.fastjson.JSONException: {exc}")
+        client_id = str(data.get("clientID") or "")
+        for consumer in data.get("consumerDataSet") or []:
+            group = str(consumer.get("groupName") or "")
+            retry = RETRY_PREFIX + group
+            if retry not in self.store.topics:
+                self.store.put_topic(TopicConfig(retry, 1, 1, PERM_READ | PERM_WRITE))
+            subs = [subscription_from_heartbeat(s)
+                    for s in consumer.get("subscriptionDataSet") or []]
+            self.clients.register_consumer(
+                group, conn, ChannelInfo(client_id, cmd.language, cmd.version),
+                enum_name(consumer.get("consumeType"), CONSUME_TYPES),
+                enum_name(consumer.get("messageModel"), MESSAGE_MODELS),
+                enum_name(consumer.get("consumeFromWhere"), CONSUME_FROM), subs)
+        for producer in data.get("producerDataSet") or []:
+            self.clients.register_producer(str(producer.get("groupName") or ""), conn,
+                                           ChannelInfo(client_id, cmd.language, cmd.version))
+        return self._reply(cmd, RC.SUCCESS)
+
+    def _unregister_client(self, conn, cmd):
+        f = cmd.fields
+        req_str(f, "clientID")
+        producer_group = f.get("producerGroup")
+        consumer_group = f.get("consumerGroup")
+        if producer_group is not None:
+            self.clients.unregister_producer(producer_group, conn)
+        if consumer_group is not None:
+            self.clients.unregister_consumer(consumer_group, conn)
+        return self._reply(cmd, RC.SUCCESS, {})
+
+    def _consumer_list(self, conn, cmd):
+        group = req_str(cmd.fields, "consumerGroup")
+        info = self.clients.consumers.get(group)
+        ids = info.client_ids() if info else []
+        if not ids:
+            return self._reply(cmd, RC.SYSTEM_ERROR, {}, f"no consumer for this group, {group}")
+        body = json.dumps({"consumerIdList": ids}, separators=(",", ":")).encode()
+        return self._reply(cmd, RC.SUCCESS, {}, body=body)
+
+    def _lock_batch(self, conn, cmd):
+        """LOCK_BATCH_MQ: grant queues that are free, expired or already this client's."""
+        body = json.loads(cmd.body or b"{}")
+        group, client = body.get("consumerGroup", ""), body.get("clientId", "")
+        now = time.monotonic()
+        granted: List[dict] = []
+        for mq in body.get("mqSet") or []:
+            key = (group, mq.get("topic"), mq.get("brokerName"), mq.get("queueId"))
+            holder = self._locks.get(key)
+            if holder is None or holder[0] == client or now - holder[1] > LOCK_EXPIRY_SECONDS:
+                self._locks[key] = (client, now)
+                granted.append(mq)
+        payload = json.dumps({"lockOKMQSet": granted}, separators=(",", ":")).encode()
+        return self._reply(cmd, RC.SUCCESS, None, body=payload)
+
+    def _unlock_batch(self, conn, cmd):
+        body = json.loads(cmd.body or b"{}")
+        group, client = body.get("consumerGroup", ""), body.get("clientId", "")
+        for mq in body.get("mqSet") or []:
+            key = (group, mq.get("topic"), mq.get("brokerName"), mq.get("queueId"))
+            if self._locks.get(key, (None,))[0] == client:
+                del self._locks[key]
+        return self._reply(cmd, RC.SUCCESS)
+
+    # ---------------------------------------------------------------- control (cluster API)
+
+    def create_topic(self, topic: str, read_queues: int, write_queues: int, perm: int) -> None:
+        self.store.put_topic(TopicConfig(topic, read_queues, write_queues, perm))
+
+    def add_queues(self, topic: str, total: int) -> None:
+        config = self.store.topics.get(topic)
+        if config is None:
+            raise KeyError(f"broker {self.name} has no topic {topic!r}")
+        config.read_queue_nums = max(config.read_queue_nums, total)
+        config.write_queue_nums = max(config.write_queue_nums, total)
+        self.store.mark_dirty(now=True)

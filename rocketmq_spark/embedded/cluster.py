@@ -1,0 +1,413 @@
+"""EmbeddedCluster: one name server and N brokers on one event loop in a daemon thread.
+
+Every public method is thread-safe: it runs its work on the cluster's loop and waits for the
+result, so tests (and Spark executors in the same process) can drive the cluster from any
+thread. Calling a method from the loop thread itself (e.g. from a server callback) also works
+for everything except start/stop.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import shutil
+import string
+import threading
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+
+from ..client.protocol.codes import PERM_READ, PERM_WRITE
+from ..client.protocol.message import encode_stored_message
+from ..client.protocol.properties import CLUSTER, KEYS, TAGS, encode_properties
+from .broker import Broker
+from .faults import FaultInjector, FaultRule
+from .nameserver import NameServer
+from .options import ServerOptions
+from .send import tag_code
+from .server import RemotingServer
+from .store import TopicConfig
+from .tls import TlsSettings, self_signed_cert
+
+log = logging.getLogger(__name__)
+
+NAMESRV = "namesrv"
+
+
+def broker_name(index: int) -> str:
+    """broker-a, broker-b, ..., broker-z, broker-aa, ..."""
+    letters = string.ascii_lowercase
+    name = ""
+    index += 1
+    while index:
+        index, rem = divmod(index - 1, 26)
+        name = letters[rem] + name
+    return f"broker-{name}"
+
+
+class BrokerHandle:
+    """A broker as tests see it: name, address, and stop/start on the same port."""
+
+    def __init__(self, cluster: "EmbeddedCluster", broker: Broker):
+        self._cluster = cluster
+        self._broker = broker
+
+    @property
+    def name(self) -> str:
+        return self._broker.name
+
+    @property
+    def addr(self) -> str:
+        return self._broker.addr
+
+    @property
+    def port(self) -> int:
+        return self._broker.port
+
+    @property
+    def running(self) -> bool:
+        return self._broker.running
+
+    def stop(self) -> None:
+        """Close the listener and all connections; the broker leaves every route."""
+        self._cluster._call(self._broker.stop)
+
+    def start(self) -> None:
+        """Listen again on the same port with the same data, and re-register."""
+        self._cluster._call(self._broker.start)
+
+    def __repr__(self) -> str:
+        return f"<broker {self.name} {self.addr} {'running' if self.running else 'stopped'}>"
+
+
+class EmbeddedCluster:
+    """A RocketMQ-compatible name server and ``brokers`` brokers on 127.0.0.1.
+
+    Use as a context manager (``with EmbeddedCluster(brokers=2) as c:``) or call ``start()`` and
+    ``stop()``. Ports are free ones unless given. With ``data_dir`` the brokers keep their
+    messages, topics and offsets there across restarts. ``acl`` maps access keys to secret keys
+    (brokers then reject unsigned or wrongly signed requests); ``tls`` is "enforcing" or
+    "permissive" (plain and TLS on one port), with a self-signed certificate unless
+    ``tls_cert``/``tls_key`` are given. Other keyword arguments are :class:`ServerOptions`.
+    """
+
+    def __init__(self, brokers: int = 1, data_dir: Optional[Union[str, Path]] = None, *,
+                 host: str = "127.0.0.1", namesrv_port: int = 0,
+                 broker_ports: Optional[Sequence[int]] = None,
+                 acl: Optional[Mapping[str, str]] = None, tls: Optional[str] = None,
+                 tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
+                 call_timeout: float = 30.0, **options: Any):
+        if brokers < 1:
+            raise ValueError("an embedded cluster needs at least one broker")
+        if broker_ports is not None and len(broker_ports) != brokers:
+            raise ValueError("broker_ports must give one port per broker")
+        self.options = ServerOptions(**options)
+        self.data_dir = Path(data_dir) if data_dir is not None else None
+        self.host = host
+        self.acl = dict(acl) if acl else None
+        self.call_timeout = call_timeout
+        self.tls_settings: Optional[TlsSettings] = None
+        self._cert_dir: Optional[Path] = None  # a generated certificate, removed on stop
+        if tls is not None:
+            if not (tls_cert and tls_key):
+                tls_cert, tls_key = self_signed_cert()
+                self._cert_dir = Path(tls_cert).parent
+            self.tls_settings = TlsSettings(tls, tls_cert, tls_key)
+        self.faults = FaultInjector()
+        self.namesrv = NameServer(self.options.cluster_name, self.options.version)
+        self._namesrv_server = RemotingServer(NAMESRV, self.namesrv, host=host, port=namesrv_port,
+                                              tls=self.tls_settings, faults=self.faults,
+                                              version=self.options.version)
+        self._brokers: List[Broker] = []
+        for i in range(brokers):
+            name = broker_name(i)
+            self._brokers.append(Broker(
+                name, self.namesrv, self.options, host=host,
+                port=broker_ports[i] if broker_ports else 0,
+                data_dir=self.data_dir / name if self.data_dir else None, acl=self.acl,
+                tls=self.tls_settings, faults=self.faults))
+        self.brokers: List[BrokerHandle] = [BrokerHandle(self, b) for b in self._brokers]
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._thread: Optional[threading.Thread] = None
+        self._started = False
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def start(self) -> "EmbeddedCluster":
+        """Start the loop thread, the name server and every broker; returns self."""
+        if self._started:
+            return self
+        ready = threading.Event()
+
+        def run():
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            self._loop = loop
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name="rocketmq-embedded", daemon=True)
+        self._thread.start()
+        ready.wait()
+        try:
+            self._call(self._start_all)
+        except BaseException:
+            self._stop_loop()
+            raise
+        self._started = True
+        return self
+
+    async def _start_all(self) -> None:
+        server = self._namesrv_server
+        port_file = self.data_dir / "namesrv.json" if self.data_dir else None
+        if port_file is not None and server.port == 0 and port_file.exists():
+            server.port = int(json.loads(port_file.read_text()).get("port") or 0)
+            try:
+                await server.start()  # the previous run's port, so clients can reconnect
+            except OSError:
+                server.port = 0
+        await server.start()
+        if port_file is not None:
+            port_file.parent.mkdir(parents=True, exist_ok=True)
+            port_file.write_text(json.dumps({"port": server.port}))
+        for broker in self._brokers:
+            await broker.start()
+
+    def stop(self) -> None:
+        """Stop every server, flush the data dir and end the loop thread."""
+        if not self._started:
+            return
+        try:
+            self._call(self._stop_all)
+        finally:
+            self._stop_loop()
+            self._started = False
+            if self._cert_dir is not None:
+                shutil.rmtree(self._cert_dir, ignore_errors=True)
+
+    async def _stop_all(self) -> None:
+        for broker in self._brokers:
+            await broker.close()
+        await self._namesrv_server.stop()
+
+    def _stop_loop(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._loop = None
+        self._thread = None
+
+    def __enter__(self) -> "EmbeddedCluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._started
+
+    def _call(self, fn: Callable, *args, **kwargs):
+        """Run ``fn`` on the loop thread (awaiting it if it is a coroutine function)."""
+        if self._loop is None:
+            raise RuntimeError("the embedded cluster is not running")
+        if threading.current_thread() is self._thread:
+            result = fn(*args, **kwargs)
+            if inspect.isawaitable(result):
+                raise RuntimeError("cannot wait for an async operation on the cluster's own loop")
+            return result
+
+        async def runner():
+            result = fn(*args, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+
+        return asyncio.run_coroutine_threadsafe(runner(), self._loop).result(self.call_timeout)
+
+    # ---------------------------------------------------------------- addresses
+
+    @property
+    def namesrv_addr(self) -> str:
+        """``"127.0.0.1:port"`` of the name server."""
+        return self._namesrv_server.addr
+
+    def broker(self, name: str) -> BrokerHandle:
+        for handle in self.brokers:
+            if handle.name == name:
+                return handle
+        raise KeyError(f"no broker named {name!r}; brokers are {[b.name for b in self.brokers]}")
+
+    def _targets(self, brokers: Optional[Iterable[str]]) -> List[Broker]:
+        if brokers is None:
+            return list(self._brokers)
+        names = [brokers] if isinstance(brokers, str) else list(brokers)
+        return [self.broker(n)._broker for n in names]
+
+    def _broker(self, name: str) -> Broker:
+        return self.broker(name)._broker
+
+    # ---------------------------------------------------------------- topics and data
+
+    def create_topic(self, topic: str, queues: int = 4, read_queues: Optional[int] = None,
+                     write_queues: Optional[int] = None, brokers: Optional[Iterable[str]] = None,
+                     perm: int = PERM_READ | PERM_WRITE) -> None:
+        """Create (or replace) a topic on every broker (or the named ones); routable at once."""
+        read = queues if read_queues is None else read_queues
+        write = queues if write_queues is None else write_queues
+        targets = self._targets(brokers)
+        self._call(lambda: [b.create_topic(topic, read, write, perm) for b in targets])
+
+    def add_queues(self, topic: str, total_queues: int,
+                   brokers: Optional[Iterable[str]] = None) -> None:
+        """Grow a topic to ``total_queues`` read and write queues while running (on the named
+        brokers, by default on every broker that has the topic); the route changes at once."""
+        def grow():
+            targets = (self._targets(brokers) if brokers is not None else
+                       [b for b in self._brokers if topic in b.store.topics])
+            if not targets:
+                raise KeyError(f"no broker has topic {topic!r}")
+            for b in targets:
+                b.add_queues(topic, total_queues)
+        self._call(grow)
+
+    def topic_config(self, topic: str, broker_name: str):
+        """The broker's TopicConfig for ``topic`` (a copy), or None."""
+        def get():
+            config = self._broker(broker_name).store.topics.get(topic)
+            return None if config is None else type(config)(**vars(config))
+        return self._call(get)
+
+    def truncate(self, topic: str, broker_name: str, queue_id: int, min_offset: int) -> int:
+        """Retention: drop the queue's head so its min offset becomes ``min_offset`` (clamped to
+        the max offset); returns the new min offset."""
+        b = self._broker(broker_name)
+        return self._call(b.store.truncate, topic, queue_id, min_offset)
+
+    def max_offset(self, topic: str, broker_name: str, queue_id: int) -> int:
+        b = self._broker(broker_name)
+        return self._call(lambda: b.store.queue(topic, queue_id).max_offset)
+
+    def min_offset(self, topic: str, broker_name: str, queue_id: int) -> int:
+        b = self._broker(broker_name)
+        return self._call(lambda: b.store.queue(topic, queue_id).min_offset)
+
+    def consumer_offset(self, group: str, topic: str, broker_name: str,
+                        queue_id: int) -> Optional[int]:
+        """The group's committed offset for the queue, None when nothing was committed."""
+        b = self._broker(broker_name)
+        offset = self._call(b.store.query_offset, group, topic, queue_id)
+        return None if offset < 0 else offset
+
+    def consumer_clients(self, group: str, broker_name: Optional[str] = None) -> List[str]:
+        """Client ids registered (by heartbeat) for a consumer group on a broker (default:
+        the first broker)."""
+        b = self._brokers[0] if broker_name is None else self._broker(broker_name)
+
+        def get():
+            info = b.clients.consumers.get(group)
+            return info.client_ids() if info else []
+        return self._call(get)
+
+    def append(self, topic: str, broker_name: str, queue_id: int,
+               bodies: Iterable[bytes], tags: Optional[str] = None, keys: Optional[str] = None,
+               properties: Optional[Mapping[str, str]] = None,
+               born_timestamp: Optional[int] = None) -> int:
+        """Store messages directly (no client): for tests and benchmarks. Creates the topic on
+        that broker if needed. Returns the queue offset of the first message."""
+        b = self._broker(broker_name)
+        bodies = [bytes(x) for x in bodies]
+
+        def put():
+            store = b.store
+            if topic not in store.topics:
+                n = max(4, queue_id + 1)
+                store.put_topic(TopicConfig(topic, n, n))
+            props: Dict[str, str] = dict(properties or {})
+            if keys:
+                props[KEYS] = keys
+            if tags:
+                props[TAGS] = tags
+            props[CLUSTER] = self.options.cluster_name
+            props_text = encode_properties(props, trailing_separator=False)
+            code = tag_code(props_text)
+            queue = store.queue(topic, queue_id)
+            now = store.now()
+            born = now if born_timestamp is None else born_timestamp
+            phys = store.commit_log.size
+            first = queue.max_offset
+            records = []
+            for i, body in enumerate(bodies):
+                rec = encode_stored_message(
+                    topic=topic, queue_id=queue_id, queue_offset=first + i, physical_offset=phys,
+                    body=body, properties=props_text, born_timestamp=born, born_host=b.addr,
+                    store_timestamp=now, store_host=b.addr)
+                records.append(rec)
+                phys += len(rec)
+            if records:
+                store.append(queue, records, [code] * len(records), now)
+                b.long_poll.notify_arrival_soon(topic, queue_id, queue.max_offset, [code])
+            return first
+        return self._call(put)
+
+    # ---------------------------------------------------------------- faults
+
+    def drop_connections(self) -> None:
+        """Close every client connection on every server (listeners stay up)."""
+        def drop():
+            self._namesrv_server.drop_connections()
+            for b in self._brokers:
+                b.server.drop_connections()
+        self._call(drop)
+
+    def fail_next(self, n: int, code: int, remark: str = "",
+                  request_codes: Optional[Iterable[int]] = None,
+                  broker: Optional[Union[str, Iterable[str]]] = None) -> None:
+        """Answer the next ``n`` matching requests with ``code``/``remark`` (oneways are
+        dropped). ``request_codes`` limits the request codes; ``broker`` limits the servers
+        (a broker name, several, or "namesrv"); by default any request on any server."""
+        self._add_rule(FaultRule("fail", n, code=code, remark=remark,
+                                 request_codes=_codes(request_codes), servers=_servers(broker)))
+
+    def delay_next(self, n: int, seconds: float, request_codes: Optional[Iterable[int]] = None,
+                   broker: Optional[Union[str, Iterable[str]]] = None) -> None:
+        """Hold the next ``n`` matching requests for ``seconds`` before processing them."""
+        self._add_rule(FaultRule("delay", n, seconds=seconds, request_codes=_codes(request_codes),
+                                 servers=_servers(broker)))
+
+    def clear_faults(self) -> None:
+        self._call(self.faults.clear)
+
+    def _add_rule(self, rule: FaultRule) -> None:
+        self._call(self.faults.add, rule)
+
+    def stop_namesrv(self) -> None:
+        """Stop the name server (brokers keep running)."""
+        self._call(self._namesrv_server.stop)
+
+    def start_namesrv(self) -> None:
+        """Start the name server again on the same port."""
+        self._call(self._namesrv_server.start)
+
+    @property
+    def namesrv_running(self) -> bool:
+        return self._namesrv_server.running
+
+    def __repr__(self) -> str:
+        state = "running" if self._started else "stopped"
+        return f"<EmbeddedCluster {state} namesrv={self.namesrv_addr} brokers={self.brokers}>"
+
+
+def _codes(codes: Optional[Iterable[int]]):
+    if codes is None:
+        return None
+    return frozenset(int(c) for c in ([codes] if isinstance(codes, int) else codes))
+
+
+def _servers(broker) -> Optional[frozenset]:
+    if broker is None:
+        return None
+    return frozenset([broker] if isinstance(broker, str) else broker)

@@ -1,0 +1,52 @@
+"""Settings of an embedded cluster, parsed and checked once."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..client.protocol.codes import SERVER_VERSION
+
+SEARCH_MODES = ("lower", "nearest")
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """Broker behaviour knobs; the defaults are a default-configured 4.9.8 broker's.
+
+    * ``auto_create_topics``: a first send to an unknown topic creates it from TBW102 (as
+      ``autoCreateTopicEnable=true``). TBW102 has ``default_topic_queue_nums`` queues (the
+      genuine capture's broker shows 4) and perm 7.
+    * ``max_transfer_count`` / ``max_transfer_bytes``: per-pull caps (32 messages / 256 KiB).
+    * ``search_by_time``: SEARCH_OFFSET_BY_TIMESTAMP semantics when the request has no
+      ``boundaryType``: "lower" (5.1.1+, the first offset stored at or after the time) or
+      "nearest" (4.x).
+    * ``suggest_broker_id``: the ``suggestWhichBrokerId`` of every pull answer; a genuine
+      master with ``slaveReadEnable`` answers 1 to consumers that lag, sending them to a slave.
+    * ``channel_expiry_seconds``: consumers/producers that stop heartbeating are dropped (and
+      their connection closed) after this long.
+    """
+
+    cluster_name: str = "DefaultCluster"
+    auto_create_topics: bool = True
+    default_topic_queue_nums: int = 4
+    max_transfer_count: int = 32
+    max_transfer_bytes: int = 256 * 1024
+    max_message_size: int = 4 * 1024 * 1024
+    search_by_time: str = "lower"
+    channel_expiry_seconds: float = 120.0
+    housekeeping_interval: float = 10.0
+    flush_interval: float = 1.0
+    region: str = "DefaultRegion"
+    trace_on: bool = True
+    suggest_broker_id: int = 0
+    version: int = SERVER_VERSION
+
+    def __post_init__(self):
+        if self.search_by_time not in SEARCH_MODES:
+            raise ValueError(f"search_by_time must be one of {SEARCH_MODES}, "
+                             f"got {self.search_by_time!r}")
+        for name in ("default_topic_queue_nums", "max_transfer_count", "max_transfer_bytes",
+                     "max_message_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.channel_expiry_seconds <= 0 or self.housekeeping_interval <= 0:
+            raise ValueError("channel_expiry_seconds and housekeeping_interval must be positive")

@@ -1,0 +1,297 @@
+"""The remoting transport of the embedded servers: listen, frame, dispatch, answer.
+
+One :class:`RemotingServer` per name server or broker, all on one asyncio loop. It owns what is
+common to every request: frame decoding (bad frames close the connection, as Netty's decoder
+does), fault injection, ACL checks (brokers only, as in 4.9), the generic error answers, the
+rule that oneway requests never get an answer, and TLS (enforcing, or permissive by sniffing the
+first byte). Request semantics live in the handler (:mod:`.nameserver`, :mod:`.broker`).
+
+Connections are asyncio Protocols (not streams) to keep the per-request overhead small.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import socket
+from typing import Dict, Mapping, Optional, Protocol, Set
+
+from ..client import acl as client_acl
+from ..client.errors import ProtocolError
+from ..client.protocol.codes import FLAG_ONEWAY, SERVER_VERSION, ResponseCode
+from ..client.protocol.frame import FrameDecoder, RemotingCommand, encode_frame
+from .faults import FaultInjector
+from .headers import HeaderError
+from .tls import TLS_HANDSHAKE_FIRST_BYTE, TlsSettings
+
+log = logging.getLogger(__name__)
+
+ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException"
+# the first stack frame Java appends to the remark (RemotingHelper.exceptionSimpleDesc)
+ACL_FRAME = ("org.apache.rocketmq.acl.plain.PlainPermissionManager.validate"
+             "(PlainPermissionManager.java)")
+
+
+class Handler(Protocol):
+    """What a server delegates to: request semantics and per-connection cleanup."""
+
+    def handle(self, conn: "ServerConnection", cmd: RemotingCommand
+               ) -> Optional[RemotingCommand]: ...
+
+    def connection_closed(self, conn: "ServerConnection") -> None: ...
+
+
+class ServerConnection(asyncio.Protocol):
+    """One accepted client connection."""
+
+    def __init__(self, server: "RemotingServer"):
+        self.server = server
+        self.transport: Optional[asyncio.Transport] = None
+        self.decoder = FrameDecoder()
+        self.peer = "127.0.0.1:0"
+        self.closed = False
+        self.tls = False
+
+    # asyncio callbacks -------------------------------------------------------------
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        if not self.server.running:  # accepted just before the server stopped
+            self.closed = True
+            transport.abort()
+            return
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.peer = f"{peer[0]}:{peer[1]}"
+        self.tls = transport.get_extra_info("sslcontext") is not None
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        self.server._connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            commands = self.decoder.feed(data)
+        except ProtocolError as exc:
+            log.warning("%s: closing %s: %s", self.server.name, self.peer, exc)
+            self.close()
+            return
+        for cmd in commands:
+            if self.closed:
+                return
+            self.server.dispatch(self, cmd)
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        self.server._connection_lost(self)
+
+    # sending -----------------------------------------------------------------------
+
+    def send(self, cmd: RemotingCommand) -> None:
+        if not self.closed and self.transport is not None:
+            self.transport.write(encode_frame(cmd))
+
+    def send_oneway(self, code: int, ext_fields: Dict[str, str]) -> None:
+        """A server-initiated oneway request (e.g. NOTIFY_CONSUMER_IDS_CHANGED)."""
+        self.send(RemotingCommand(code=code, ext_fields=ext_fields, flag=FLAG_ONEWAY,
+                                  opaque=next(self.server._opaque), language="JAVA",
+                                  version=self.server.version))
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.abort()
+
+
+class RemotingServer:
+    """Listens on ``host:port`` (0 = any free port) and serves ``handler``."""
+
+    def __init__(self, name: str, handler: Handler, *, host: str = "127.0.0.1", port: int = 0,
+                 tls: Optional[TlsSettings] = None, acl: Optional[Mapping[str, str]] = None,
+                 faults: Optional[FaultInjector] = None, version: int = SERVER_VERSION):
+        self.name = name
+        self.handler = handler
+        self.host = host
+        self.port = port
+        self.tls = tls
+        self.acl = dict(acl) if acl else None
+        self.faults = faults or FaultInjector()
+        self.version = version
+        self.running = False
+        self._connections: Set[ServerConnection] = set()
+        self._opaque = itertools.count(1)
+        self._server: Optional[asyncio.AbstractServer] = None
+        self._listen_sock: Optional[socket.socket] = None
+        self._sniffing: Set[socket.socket] = set()
+        self._ssl_ctx = tls.server_context() if tls else None
+
+    @property
+    def addr(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def connections(self) -> Set[ServerConnection]:
+        return set(self._connections)
+
+    # lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Bind (the same port again after a stop) and accept connections."""
+        if self.running:
+            return
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET,
+                             socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+            sock.listen(512)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self.port = sock.getsockname()[1]
+        if self.tls is not None and self.tls.mode == "permissive":
+            self._listen_sock = sock
+            loop.add_reader(sock.fileno(), self._accept_ready)
+        else:
+            self._server = await loop.create_server(lambda: ServerConnection(self), sock=sock,
+                                                    ssl=self._ssl_ctx)
+        self.running = True
+
+    async def stop(self) -> None:
+        """Close the listener and every connection."""
+        if not self.running:
+            return
+        self.running = False
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        if self._listen_sock is not None:
+            loop = asyncio.get_running_loop()
+            loop.remove_reader(self._listen_sock.fileno())
+            self._listen_sock.close()
+            self._listen_sock = None
+        for sock in list(self._sniffing):
+            self._drop_sniffing(sock)
+        self.drop_connections()
+        await asyncio.sleep(0)  # let connection_lost callbacks run
+
+    def drop_connections(self) -> None:
+        for conn in list(self._connections):
+            conn.close()
+
+    def _connection_lost(self, conn: ServerConnection) -> None:
+        self._connections.discard(conn)
+        try:
+            self.handler.connection_closed(conn)
+        except Exception:  # pragma: no cover - cleanup must not kill the loop
+            log.exception("%s: connection cleanup failed", self.name)
+
+    # permissive TLS: accept, peek at the first byte, then hand over to asyncio ---------
+
+    def _accept_ready(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._listen_sock is not None:
+            try:
+                sock, _ = self._listen_sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                log.warning("%s: accept failed: %s", self.name, exc)
+                return
+            sock.setblocking(False)
+            self._sniffing.add(sock)
+            loop.add_reader(sock.fileno(), self._sniff, sock)
+
+    def _drop_sniffing(self, sock: socket.socket) -> None:
+        self._sniffing.discard(sock)
+        try:
+            asyncio.get_running_loop().remove_reader(sock.fileno())
+        except (ValueError, OSError):
+            pass
+        sock.close()
+
+    def _sniff(self, sock: socket.socket) -> None:
+        try:
+            first = sock.recv(1, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._drop_sniffing(sock)
+            return
+        if not first:
+            self._drop_sniffing(sock)
+            return
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(sock.fileno())
+        self._sniffing.discard(sock)
+        ssl_ctx = self._ssl_ctx if first[0] == TLS_HANDSHAKE_FIRST_BYTE else None
+        loop.create_task(self._adopt(sock, ssl_ctx))
+
+    async def _adopt(self, sock: socket.socket, ssl_ctx) -> None:
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: ServerConnection(self), sock, ssl=ssl_ctx)
+        except (OSError, asyncio.CancelledError, ConnectionError) as exc:
+            log.info("%s: connection setup failed: %s", self.name, exc)
+            sock.close()
+        except Exception as exc:  # ssl.SSLError and friends
+            log.info("%s: TLS handshake failed: %s", self.name, exc)
+            sock.close()
+
+    # requests ----------------------------------------------------------------------
+
+    def dispatch(self, conn: ServerConnection, cmd: RemotingCommand) -> None:
+        """Handle one incoming frame: faults first, then ACL, then the handler."""
+        if cmd.is_response:
+            return  # answers to our oneway-only requests never come; ignore strays
+        rule = self.faults.take(self.name, cmd.code)
+        if rule is not None:
+            if rule.kind == "delay":
+                asyncio.get_running_loop().call_later(rule.seconds, self._process, conn, cmd)
+                return
+            if not cmd.is_oneway:
+                conn.send(cmd.make_response(rule.code, remark=rule.remark or None,
+                                            version=self.version))
+            return
+        self._process(conn, cmd)
+
+    def _process(self, conn: ServerConnection, cmd: RemotingCommand) -> None:
+        if conn.closed:
+            return
+        if self.acl is not None:
+            error = self._acl_error(cmd)
+            if error is not None:
+                if not cmd.is_oneway:
+                    conn.send(cmd.make_response(ResponseCode.SYSTEM_ERROR, remark=error,
+                                                version=self.version))
+                return
+        try:
+            response = self.handler.handle(conn, cmd)
+        except HeaderError as exc:
+            response = cmd.make_response(ResponseCode.SYSTEM_ERROR, remark=str(exc),
+                                         version=self.version)
+        except Exception as exc:
+            log.exception("%s: %s failed", self.name, cmd.describe())
+            response = cmd.make_response(ResponseCode.SYSTEM_ERROR,
+                                         remark=f"{type(exc).__name__}: {exc}",
+                                         version=self.version)
+        if response is not None and not cmd.is_oneway:
+            conn.send(response)
+
+    def _acl_error(self, cmd: RemotingCommand) -> Optional[str]:
+        """The 4.9 PlainPermissionManager's verdict as the remark a client sees, or None."""
+        fields = cmd.fields
+        access_key = fields.get(client_acl.ACCESS_KEY) if cmd.ext_fields is not None else None
+        if access_key is None:
+            reason = "No accessKey is configured"
+        elif access_key not in self.acl:
+            reason = f"No acl config for {access_key}"
+        elif not client_acl.verify(fields, cmd.body, self.acl[access_key]):
+            reason = f"Check signature failed for accessKey={access_key}"
+        else:
+            return None
+        return f"{ACL_EXCEPTION}: {reason}, {ACL_FRAME}"
