@@ -81,3 +81,26 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize(
             "capture_record", records,
             ids=[f"seq{r['seq']}-{r['code_name']}" if r else "missing" for r in records])
+
+
+# ---------------------------------------------------------------------------------------- Spark
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] SparkSession for the whole run (starting one takes seconds)."""
+    import sys
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("rocketmq-spark-tests")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.driver.memory", "2g")
+               .config("spark.sql.streaming.stopTimeout", "30s")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

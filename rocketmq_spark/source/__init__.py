@@ -1,0 +1,1 @@
+"""The Spark side: a Python data source named ``rocketmq`` (see :mod:`.datasource`)."""

@@ -1,0 +1,242 @@
+"""Driver-side lookups: which queues the query reads, and their offsets.
+
+Everything here talks to the name servers and brokers in bulk (every request of a lookup is
+sent before any answer is awaited), so planning stays fast with a thousand queues. Max offsets
+are cached for ``offsetsRefreshIntervalMs``: Spark asks for the latest offset about ninety times
+a second while a stream is idle.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Mapping, Optional, Set
+
+from ..client.admin import Admin
+from ..client.errors import RocketMQError, RouteNotFound
+from ..client.protocol.columns import decode_columns
+from ..client.protocol.route import MessageQueue
+from ..client.pull import PullRequest, PullStatus
+from .options import EARLIEST, LATEST, Bound, OptionError, SourceOptions
+
+log = logging.getLogger(__name__)
+
+ROUTE_REFRESH_SECONDS = 1.0
+# Topics every RocketMQ cluster has, which a pattern must not pick up.
+SYSTEM_TOPICS = re.compile(r"^(%RETRY%|%DLQ%|%SYS%|rmq_sys_|RMQ_SYS_|SCHEDULE_TOPIC_XXXX$|"
+                           r"TBW102$|BenchmarkTest$|OFFSET_MOVED_EVENT$|TRANS_CHECK_MAX_TIME_TOPIC$|"
+                           r"SELF_TEST_TOPIC$)")
+
+
+@dataclass
+class Discovery:
+    """The queues readable now, the masters' addresses, and the brokers registered with the
+    name servers (to tell a stopped broker from a queue that was removed)."""
+
+    queues: List[MessageQueue]
+    addresses: Dict[str, str] = field(default_factory=dict)
+    alive_brokers: Set[str] = field(default_factory=set)
+
+    def why_missing(self, mq: MessageQueue) -> str:
+        """For a queue read before but not routed now: "vanished" when its broker is up
+        without it (the topic or queue was removed), else "unreachable" (the broker is down
+        or cut off, which is not data loss)."""
+        return "vanished" if mq.broker_name in self.alive_brokers else "unreachable"
+
+
+class OffsetReader:
+    """Queue discovery and offset lookups for one query, on the driver."""
+
+    def __init__(self, options: SourceOptions, admin: Admin):
+        self.options = options
+        self.admin = admin
+        self._discovery: Optional[Discovery] = None
+        self._discovered_at = 0.0
+        self._max: Dict[MessageQueue, int] = {}
+        self._max_at = 0.0
+
+    # ------------------------------------------------------------------ queues
+
+    def topics(self) -> List[str]:
+        o = self.options
+        if o.topics:
+            return list(o.topics)
+        if o.assigned:
+            return sorted({mq.topic for mq in o.assigned})
+        pattern = re.compile(o.topic_pattern)
+        cluster = self.admin.names.cluster_info()
+        reserved = set(cluster.cluster_addr_table) | set(cluster.broker_addr_table)
+        return [t for t in self.admin.names.topic_list()
+                if pattern.fullmatch(t) and not SYSTEM_TOPICS.match(t) and t not in reserved]
+
+    def discover(self, force: bool = False) -> Discovery:
+        """Readable queues of the subscribed topics, refreshed at most once a second."""
+        now = time.monotonic()
+        if (self._discovery is not None and not force
+                and now - self._discovered_at < max(ROUTE_REFRESH_SECONDS,
+                                                    self.options.offsets_refresh_interval_ms / 1e3)):
+            return self._discovery
+        queues: List[MessageQueue] = []
+        addresses: Dict[str, str] = {}
+        for topic in self.topics():
+            try:
+                route = self.admin.names.route(topic, refresh=True)
+            except RouteNotFound:
+                log.info("topic %s has no route (yet); it is read once it appears", topic)
+                continue
+            queues.extend(route.readable_queues(topic))
+            for broker in route.broker_datas:
+                if broker.master_addr:
+                    addresses[broker.broker_name] = broker.master_addr
+        if self.options.assigned:
+            wanted = set(self.options.assigned)
+            queues = [mq for mq in queues if mq in wanted]
+        try:
+            alive = set(self.admin.names.cluster_info().broker_addr_table)
+        except RocketMQError as exc:
+            log.warning("cannot list the cluster's brokers (%s); queues that left the route "
+                        "are treated as unreachable", exc)
+            alive = set()
+        self._discovery = Discovery(sorted(set(queues)), addresses, alive)
+        self._discovered_at = now
+        return self._discovery
+
+    def address(self, mq: MessageQueue) -> Optional[str]:
+        discovery = self._discovery or self.discover()
+        return discovery.addresses.get(mq.broker_name)
+
+    # ------------------------------------------------------------------ offsets
+
+    def _lookup(self, kind: str, queues: Iterable[MessageQueue], **kw
+                ) -> Dict[MessageQueue, Optional[int]]:
+        """Offsets by queue; a queue whose broker fails maps to no entry (and is logged)."""
+        out: Dict[MessageQueue, Optional[int]] = {}
+        for mq, result in self.admin.offsets(kind, list(queues), **kw).items():
+            if isinstance(result, RocketMQError):
+                log.warning("%s offset of %s unavailable: %s", kind, mq.key, result)
+                continue
+            out[mq] = result
+        return out
+
+    def max_offsets(self, queues: Iterable[MessageQueue], fresh: bool = False
+                    ) -> Dict[MessageQueue, int]:
+        """Next offsets to be written, from a cache no older than offsetsRefreshIntervalMs.
+        Queues whose broker cannot be reached are missing from the result."""
+        queues = list(queues)
+        now = time.monotonic()
+        stale = fresh or now - self._max_at >= self.options.offsets_refresh_interval_ms / 1e3
+        if stale or any(mq not in self._max for mq in queues):
+            self._max = self._lookup("max", queues)
+            self._max_at = now
+        return {mq: self._max[mq] for mq in queues if mq in self._max}
+
+    def cached_max_offsets(self) -> Dict[MessageQueue, int]:
+        return dict(self._max)
+
+    def min_offsets(self, queues: Iterable[MessageQueue]) -> Dict[MessageQueue, int]:
+        return self._lookup("min", queues)
+
+    # ------------------------------------------------------------------ bounds
+
+    def resolve(self, bound: Bound, queues: List[MessageQueue], is_end: bool = False
+                ) -> Dict[MessageQueue, int]:
+        """Offsets for a starting or ending :class:`Bound`; every queue gets one.
+
+        Queues whose broker cannot be reached now raise: a start must be known for each."""
+        if not queues:
+            return {}
+        kind = bound.kind
+        if kind == "offsets":
+            missing = sorted(mq.key for mq in queues if mq not in bound.per_queue)
+            if missing:
+                which = "endingOffsets" if is_end else "startingOffsets"
+                raise OptionError(f"option {which} must give every queue of the subscription; "
+                                  f"missing: {', '.join(missing)}")
+            specials = {v for v in bound.per_queue.values() if v in (EARLIEST, LATEST)}
+            lows = self._complete("min", queues) if EARLIEST in specials else {}
+            highs = self._complete("max", queues) if LATEST in specials else {}
+            out = {}
+            for mq in queues:
+                v = bound.per_queue[mq]
+                out[mq] = lows[mq] if v == EARLIEST else highs[mq] if v == LATEST else v
+            return out
+        if kind == "earliest":
+            return self._complete("min", queues)
+        if kind == "latest":
+            return self._complete("max", queues)
+        if kind == "group":
+            committed = self._complete("committed", queues, group=self.options.consumer_group,
+                                       allow_none=True)
+            lows = self._complete("min", [mq for mq in queues if committed[mq] is None]) \
+                if any(v is None for v in committed.values()) else {}
+            return {mq: committed[mq] if committed[mq] is not None else lows[mq]
+                    for mq in queues}
+        if kind in ("timestamp", "timestamps"):
+            if kind == "timestamps":
+                missing = sorted(mq.key for mq in queues if mq not in bound.per_queue)
+                if missing:
+                    raise OptionError("option startingOffsetsByTimestamp must give every queue "
+                                      f"of the subscription; missing: {', '.join(missing)}")
+            times = {mq: bound.timestamp if kind == "timestamp" else bound.per_queue[mq]
+                     for mq in queues}
+            return {mq: self.offset_for_time(mq, t) for mq, t in times.items()}
+        raise ValueError(f"unknown bound {kind!r}")
+
+    def _complete(self, kind: str, queues: List[MessageQueue], allow_none: bool = False,
+                  **kw) -> Dict[MessageQueue, Optional[int]]:
+        results = self.admin.offsets(kind, queues, **kw)
+        failed = {mq: r for mq, r in results.items() if isinstance(r, RocketMQError)}
+        if failed:
+            mq, error = sorted(failed.items())[0]
+            raise RocketMQError(f"cannot resolve the {kind} offsets of {len(failed)} queue(s), "
+                                f"e.g. {mq.key}: {error}")
+        if not allow_none and any(v is None for v in results.values()):
+            raise RocketMQError(f"the broker has no {kind} offset for some queues")
+        return results
+
+    def offset_for_time(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """The first offset whose store time is at or after ``timestamp_ms`` (the max offset
+        when every message is older), whatever the broker version's search rule.
+
+        Brokers before 5.1.1 answer with the *nearest* entry, which can sit on either side of
+        the answer; the broker's offset is a starting guess, checked against the store times
+        of the messages around it."""
+        address = self.admin.master_address(mq)
+        brokers = self.admin.brokers
+        low = brokers.get_min_offset(address, mq)
+        high = brokers.get_max_offset(address, mq)
+        guess = min(max(brokers.search_offset_by_timestamp(address, mq, timestamp_ms), low),
+                    high)
+
+        def store_times(start: int) -> List[tuple]:
+            """(offset, store time) of up to 32 messages from ``start``."""
+            result = brokers.pull(address, PullRequest(
+                consumer_group=self.options.consumer_group, topic=mq.topic,
+                queue_id=mq.queue_id, queue_offset=start, broker_name=mq.broker_name,
+                max_msg_nums=32))
+            if result.status is not PullStatus.FOUND:
+                return []
+            batch = decode_columns(result.body, verify_crc=False, decompress=False)
+            return list(zip(batch.column("queue_offset").to_pylist(),
+                            batch.column("store_timestamp").to_pylist()))
+
+        # Store times never decrease along a queue. Step back while the message before the
+        # guess is not older than the timestamp...
+        while guess > low:
+            window = [(o, t) for o, t in store_times(max(low, guess - 32)) if o < guess]
+            older = [o for o, t in window if t < timestamp_ms]
+            if older or not window:
+                guess = max(older) + 1 if older else guess
+                break
+            guess = window[0][0]
+        # ...then forward past messages older than it.
+        while guess < high:
+            window = [(o, t) for o, t in store_times(guess) if o >= guess]
+            if not window:
+                break
+            newer = [o for o, t in window if t >= timestamp_ms]
+            if newer:
+                return newer[0]
+            guess = window[-1][0] + 1
+        return guess

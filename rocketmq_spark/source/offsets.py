@@ -1,0 +1,29 @@
+"""The source's offsets as Spark stores them: ``{"topic/brokerName/queueId": next offset}``.
+
+Spark compares offsets as the text of ``json.dumps(offset)``, so the keys are always in sorted
+order: the same positions give the same text, and an idle stream gives no empty batches.
+``{}`` is the start of batch 0 before the starting position is resolved (see
+:mod:`.stream_reader`).
+"""
+from __future__ import annotations
+
+from typing import Dict, Mapping
+
+from ..client.protocol.route import MessageQueue
+
+UNRESOLVED: Dict[str, int] = {}
+
+
+def to_offset(positions: Mapping[MessageQueue, int]) -> Dict[str, int]:
+    """Canonical offset dict: string keys in sorted order, integer values."""
+    return {key: int(value) for key, value in sorted((mq.key, v) for mq, v in positions.items())}
+
+
+def from_offset(offset: Mapping[str, int]) -> Dict[MessageQueue, int]:
+    """Positions from an offset dict; raises ValueError naming a malformed entry."""
+    out: Dict[MessageQueue, int] = {}
+    for key, value in offset.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"offset of {key!r} must be a non-negative integer, got {value!r}")
+        out[MessageQueue.from_key(key)] = value
+    return out

@@ -1,0 +1,343 @@
+"""The source's options: parsed and checked once, before anything runs.
+
+Names follow Spark's Kafka source where the concept is the same (``subscribe``,
+``subscribePattern``, ``assign``, ``startingOffsets``, ``endingOffsets``,
+``startingTimestamp``, ``startingOffsetsByTimestamp``, ``endingTimestamp``,
+``failOnDataLoss``, ``minPartitions``); ``maxMessagesPerTrigger`` is Kafka's
+``maxOffsetsPerTrigger`` in RocketMQ's words. Every error names the option at fault.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Tuple
+
+from ..client.acl import Credentials
+from ..client.config import parse_name_servers
+from ..client.protocol.properties import split_tags_expression
+from ..client.protocol.route import MessageQueue
+
+EARLIEST = -2
+LATEST = -1
+
+
+class OptionError(ValueError):
+    """A missing, unknown or malformed option; the message names it."""
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Where a read starts or ends.
+
+    ``kind`` is "earliest", "latest", "group" (the consumer group's committed offsets),
+    "offsets" (``per_queue`` offsets; -2 earliest, -1 latest), "timestamp" (one store time for
+    every queue) or "timestamps" (``per_queue`` store times)."""
+
+    kind: str
+    per_queue: Mapping[MessageQueue, int] = field(default_factory=dict)
+    timestamp: Optional[int] = None
+
+
+KNOWN = {
+    "nameserver": "nameServer",
+    "subscribe": "subscribe",
+    "subscribepattern": "subscribePattern",
+    "assign": "assign",
+    "consumergroup": "consumerGroup",
+    "startingoffsets": "startingOffsets",
+    "startingtimestamp": "startingTimestamp",
+    "startingoffsetsbytimestamp": "startingOffsetsByTimestamp",
+    "endingoffsets": "endingOffsets",
+    "endingtimestamp": "endingTimestamp",
+    "failondataloss": "failOnDataLoss",
+    "maxmessagespertrigger": "maxMessagesPerTrigger",
+    "minpartitions": "minPartitions",
+    "pullbatchsize": "pullBatchSize",
+    "pulltimeoutms": "pullTimeoutMs",
+    "filter": "filter",
+    "includeproperties": "includeProperties",
+    "accesskey": "accessKey",
+    "secretkey": "secretKey",
+    "tls": "tls",
+    "tlscafile": "tlsCaFile",
+    "tlsverify": "tlsVerify",
+    "commitoffsets": "commitOffsets",
+    "offsetsrefreshintervalms": "offsetsRefreshIntervalMs",
+    "verifycrc": "verifyCrc",
+}
+
+DEFAULT_GROUP = "spark-rocketmq-source"
+_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    name_servers: Tuple[str, ...]
+    topics: Tuple[str, ...] = ()
+    topic_pattern: Optional[str] = None
+    assigned: Tuple[MessageQueue, ...] = ()
+    consumer_group: str = DEFAULT_GROUP
+    group_given: bool = False
+    starting: Bound = Bound("latest")
+    ending: Bound = Bound("latest")
+    fail_on_data_loss: bool = True
+    max_messages_per_trigger: Optional[int] = None
+    min_partitions: Optional[int] = None
+    pull_batch_size: int = 32
+    pull_timeout_ms: int = 10_000
+    filter: str = "*"
+    include_properties: bool = False
+    credentials: Optional[Credentials] = field(default=None, repr=False)
+    tls: bool = False
+    tls_ca_file: Optional[str] = None
+    tls_verify: bool = True
+    commit_offsets: bool = True
+    offsets_refresh_interval_ms: int = 100
+    verify_crc: bool = True
+
+    @property
+    def commits_to_group(self) -> bool:
+        """Offsets go back to the broker only for a group the user named (a shared default
+        group would mix unrelated queries' progress)."""
+        return self.commit_offsets and self.group_given
+
+    @property
+    def tags(self) -> List[str]:
+        return split_tags_expression(self.filter)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items() if k != "credentials")
+        access = self.credentials.access_key if self.credentials else None
+        return f"SourceOptions({shown}, accessKey={access!r})"
+
+
+# ----------------------------------------------------------------------------------- parsing
+
+
+def _bool(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise OptionError(f"option {name} must be true or false, got {value!r}")
+
+
+def _int(name: str, value: str, minimum: int = 1, maximum: Optional[int] = None) -> int:
+    try:
+        number = int(value.strip())
+    except ValueError:
+        raise OptionError(f"option {name} must be a whole number, got {value!r}") from None
+    if number < minimum or (maximum is not None and number > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+        raise OptionError(f"option {name} must be {bound}, got {number}")
+    return number
+
+
+def _json(name: str, value: str):
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        raise OptionError(f"option {name} is not valid JSON ({exc}): {value!r}") from None
+
+
+def _queue(name: str, topic: str, key: str) -> MessageQueue:
+    broker, sep, queue_id = str(key).rpartition("/")
+    if not sep or not broker or not queue_id.isdigit():
+        raise OptionError(f"option {name}: queue {key!r} of topic {topic!r} must be written "
+                          "\"brokerName/queueId\"")
+    return MessageQueue(topic, broker, int(queue_id))
+
+
+def parse_queue_values(name: str, value: str, allow_modes: bool) -> Dict[MessageQueue, int]:
+    """``{"T": {"broker-a/0": 5}}`` or the flat checkpoint form ``{"T/broker-a/0": 5}``.
+
+    With ``allow_modes``, -2 means earliest and -1 latest (as in Spark's Kafka source)."""
+    obj = _json(name, value)
+    if not isinstance(obj, dict) or not obj:
+        raise OptionError(f"option {name} must be a non-empty JSON object of queues")
+    out: Dict[MessageQueue, int] = {}
+
+    def put(mq: MessageQueue, number) -> None:
+        if isinstance(number, bool) or not isinstance(number, int):
+            raise OptionError(f"option {name}: the value for {mq.key} must be an integer, "
+                              f"got {number!r}")
+        low = EARLIEST if allow_modes else 0
+        if number < low:
+            raise OptionError(f"option {name}: the value for {mq.key} must be >= {low}, "
+                              f"got {number}")
+        out[mq] = number
+
+    for key, inner in obj.items():
+        if isinstance(inner, dict):
+            if not inner:
+                raise OptionError(f"option {name}: topic {key!r} lists no queues")
+            for queue_key, number in inner.items():
+                put(_queue(name, key, queue_key), number)
+        else:
+            try:
+                mq = MessageQueue.from_key(key)
+            except ValueError:
+                raise OptionError(f"option {name}: {key!r} must map to an object of queues, or "
+                                  "be a \"topic/brokerName/queueId\" key") from None
+            put(mq, inner)
+    return out
+
+
+def _position(name: str, value: str, modes: Tuple[str, ...]) -> Bound:
+    text = value.strip()
+    if text.lower() in modes:
+        return Bound(text.lower())
+    if text.startswith("{"):
+        return Bound("offsets", parse_queue_values(name, text, allow_modes=True))
+    raise OptionError(f"option {name} must be one of {', '.join(modes)} or a JSON object of "
+                      f"queues, got {value!r}")
+
+
+def parse_options(raw: Mapping[str, str], streaming: bool) -> SourceOptions:
+    """Check every option; raise :class:`OptionError` naming the first one at fault."""
+    opts = {str(k).lower(): str(v) for k, v in raw.items()}
+    unknown = sorted(k for k in opts if k not in KNOWN)
+    if unknown:
+        names = ", ".join(raw_name for raw_name in raw if raw_name.lower() in unknown)
+        raise OptionError(f"unknown option(s) for the rocketmq source: {names}. Known options: "
+                          + ", ".join(sorted(KNOWN.values())))
+
+    if "nameserver" not in opts or not opts["nameserver"].strip():
+        raise OptionError("option nameServer is required, e.g. \"host:9876;host2:9876\"")
+    try:
+        name_servers = tuple(parse_name_servers(opts["nameserver"]))
+    except ValueError as exc:
+        raise OptionError(f"option nameServer: {exc}") from None
+
+    chosen = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
+    if len(chosen) != 1:
+        raise OptionError("exactly one of the options subscribe, subscribePattern and assign "
+                          f"must be set, got {len(chosen)}"
+                          + (f" ({', '.join(KNOWN[c] for c in chosen)})" if chosen else ""))
+    kw: Dict[str, object] = {"name_servers": name_servers}
+    if "subscribe" in opts:
+        topics = tuple(t.strip() for t in opts["subscribe"].split(",") if t.strip())
+        if not topics:
+            raise OptionError("option subscribe must list at least one topic")
+        for topic in topics:
+            if not _TOPIC.match(topic):
+                raise OptionError(f"option subscribe: {topic!r} is not a valid topic name "
+                                  "(letters, digits, %, |, _ and -, at most 127)")
+        kw["topics"] = tuple(dict.fromkeys(topics))
+    elif "subscribepattern" in opts:
+        try:
+            re.compile(opts["subscribepattern"])
+        except re.error as exc:
+            raise OptionError(f"option subscribePattern is not a valid regular expression: "
+                              f"{exc}") from None
+        kw["topic_pattern"] = opts["subscribepattern"]
+    else:
+        queues = _json("assign", opts["assign"])
+        if not isinstance(queues, list) or not queues:
+            raise OptionError("option assign must be a non-empty JSON list of queues, e.g. "
+                              '[{"topic":"T","brokerName":"broker-a","queueId":0}] or '
+                              '["T/broker-a/0"]')
+        assigned = []
+        for item in queues:
+            try:
+                if isinstance(item, str):
+                    assigned.append(MessageQueue.from_key(item))
+                else:
+                    assigned.append(MessageQueue(str(item["topic"]), str(item["brokerName"]),
+                                                 int(item["queueId"])))
+            except (KeyError, TypeError, ValueError):
+                raise OptionError(f"option assign: {item!r} is not a queue; write "
+                                  '{"topic":..,"brokerName":..,"queueId":..} or '
+                                  '"topic/brokerName/queueId"') from None
+        kw["assigned"] = tuple(sorted(set(assigned)))
+
+    if "consumergroup" in opts:
+        group = opts["consumergroup"].strip()
+        if not re.match(r"^[%|a-zA-Z0-9_-]{1,255}$", group):
+            raise OptionError(f"option consumerGroup {group!r} is not a valid group name "
+                              "(letters, digits, %, |, _ and -, at most 255)")
+        kw["consumer_group"], kw["group_given"] = group, True
+
+    starts = [k for k in ("startingoffsets", "startingtimestamp", "startingoffsetsbytimestamp")
+              if k in opts]
+    if len(starts) > 1:
+        raise OptionError("set at most one of startingOffsets, startingTimestamp and "
+                          "startingOffsetsByTimestamp, got "
+                          + ", ".join(KNOWN[k] for k in starts))
+    kw["starting"] = Bound("latest" if streaming else "earliest")
+    if "startingoffsets" in opts:
+        kw["starting"] = _position("startingOffsets", opts["startingoffsets"],
+                                   ("earliest", "latest", "group"))
+        if kw["starting"].kind == "group" and not kw.get("group_given"):
+            raise OptionError("startingOffsets=group needs the option consumerGroup")
+    elif "startingtimestamp" in opts:
+        kw["starting"] = Bound("timestamp", timestamp=_int(
+            "startingTimestamp", opts["startingtimestamp"], 0))
+    elif "startingoffsetsbytimestamp" in opts:
+        kw["starting"] = Bound("timestamps", parse_queue_values(
+            "startingOffsetsByTimestamp", opts["startingoffsetsbytimestamp"], False))
+
+    ends = [k for k in ("endingoffsets", "endingtimestamp") if k in opts]
+    if ends and streaming:
+        raise OptionError(f"option {KNOWN[ends[0]]} is for batch queries (spark.read); a "
+                          "stream has no end")
+    if len(ends) > 1:
+        raise OptionError("set at most one of endingOffsets and endingTimestamp")
+    if "endingoffsets" in opts:
+        kw["ending"] = _position("endingOffsets", opts["endingoffsets"], ("latest",))
+        if EARLIEST in kw["ending"].per_queue.values():
+            raise OptionError("option endingOffsets cannot use -2 (earliest) for a queue")
+    elif "endingtimestamp" in opts:
+        kw["ending"] = Bound("timestamp", timestamp=_int(
+            "endingTimestamp", opts["endingtimestamp"], 0))
+    if not streaming and kw["starting"].kind == "latest":
+        raise OptionError("startingOffsets=latest makes an empty batch query; use it with "
+                          "spark.readStream")
+    if not streaming and LATEST in kw["starting"].per_queue.values():
+        raise OptionError("option startingOffsets cannot use -1 (latest) in a batch query")
+
+    if "failondataloss" in opts:
+        kw["fail_on_data_loss"] = _bool("failOnDataLoss", opts["failondataloss"])
+    if "maxmessagespertrigger" in opts:
+        if not streaming:
+            raise OptionError("option maxMessagesPerTrigger is for streaming queries")
+        kw["max_messages_per_trigger"] = _int("maxMessagesPerTrigger",
+                                              opts["maxmessagespertrigger"])
+    if "minpartitions" in opts:
+        kw["min_partitions"] = _int("minPartitions", opts["minpartitions"], 1, 100_000)
+    if "pullbatchsize" in opts:
+        kw["pull_batch_size"] = _int("pullBatchSize", opts["pullbatchsize"], 1, 65_536)
+    if "pulltimeoutms" in opts:
+        kw["pull_timeout_ms"] = _int("pullTimeoutMs", opts["pulltimeoutms"], 1, 3_600_000)
+    if "filter" in opts:
+        expression = opts["filter"].strip() or "*"
+        if "*" in expression and expression != "*":
+            raise OptionError(f"option filter: {opts['filter']!r} mixes * with tags; use * "
+                              "alone or tags joined with ||")
+        if any(c in expression for c in "\x01\x02"):
+            raise OptionError("option filter contains a control character")
+        kw["filter"] = expression
+    if "includeproperties" in opts:
+        kw["include_properties"] = _bool("includeProperties", opts["includeproperties"])
+    has_ak, has_sk = "accesskey" in opts, "secretkey" in opts
+    if has_ak != has_sk:
+        raise OptionError("options accessKey and secretKey go together; only "
+                          + ("accessKey" if has_ak else "secretKey") + " was set")
+    if has_ak:
+        if not opts["accesskey"] or not opts["secretkey"]:
+            raise OptionError("options accessKey and secretKey must not be empty")
+        kw["credentials"] = Credentials(opts["accesskey"], opts["secretkey"])
+    if "tls" in opts:
+        kw["tls"] = _bool("tls", opts["tls"])
+    if "tlsverify" in opts:
+        kw["tls_verify"] = _bool("tlsVerify", opts["tlsverify"])
+    if "tlscafile" in opts:
+        kw["tls_ca_file"] = opts["tlscafile"]
+    if "commitoffsets" in opts:
+        kw["commit_offsets"] = _bool("commitOffsets", opts["commitoffsets"])
+    if "offsetsrefreshintervalms" in opts:
+        kw["offsets_refresh_interval_ms"] = _int("offsetsRefreshIntervalMs",
+                                                 opts["offsetsrefreshintervalms"], 0, 600_000)
+    if "verifycrc" in opts:
+        kw["verify_crc"] = _bool("verifyCrc", opts["verifycrc"])
+    return SourceOptions(**kw)

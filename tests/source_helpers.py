@@ -1,0 +1,82 @@
+"""Helpers shared by the Spark source tests: producing numbered messages and running queries."""
+from __future__ import annotations
+
+import itertools
+import time
+from collections import defaultdict
+from typing import Dict, Iterable, List, Optional
+
+from rocketmq_spark.client import Message, MessageQueue, Producer
+from rocketmq_spark.client.admin import Admin
+
+_query_ids = itertools.count(1)
+
+
+def produce(namesrv: str, topic: str, ids: Iterable[int], tags: Optional[str] = None,
+            queues: Optional[List[MessageQueue]] = None, prefix: str = "m"
+            ) -> Dict[MessageQueue, List[int]]:
+    """Send one message per id (body ``f"{prefix}{id}"``, key ``str(id)``), spread round robin
+    over the topic's queues; returns the ids sent to each queue, in queue order."""
+    with Producer(namesrv) as producer:
+        if queues is None:
+            queues = producer.queues(topic, refresh=True)
+        by_queue: Dict[MessageQueue, List[int]] = defaultdict(list)
+        for i, n in enumerate(ids):
+            by_queue[queues[i % len(queues)]].append(n)
+        for mq, numbers in by_queue.items():
+            for chunk in range(0, len(numbers), 256):
+                part = numbers[chunk:chunk + 256]
+                producer.send_batch([Message(topic, f"{prefix}{n}".encode(), keys=str(n),
+                                             tags=tags) for n in part], queue=mq)
+    return dict(by_queue)
+
+
+def reader(spark, namesrv: str, topic: str, **options):
+    r = spark.readStream.format("rocketmq").option("nameServer", namesrv) \
+        .option("subscribe", topic)
+    for k, v in options.items():
+        r = r.option(k, str(v))
+    return r.load()
+
+
+def run_available_now(spark, df, checkpoint: str, sink: Optional[str] = None,
+                      timeout: float = 180):
+    """Run a query to completion with Trigger.AvailableNow; returns the finished query."""
+    name = f"q{next(_query_ids)}"
+    writer = df.writeStream.option("checkpointLocation", checkpoint).trigger(availableNow=True)
+    if sink is None:
+        writer = writer.format("memory").queryName(name)
+    else:
+        writer = writer.format("parquet").option("path", sink)
+    query = writer.start()
+    assert query.awaitTermination(timeout), "the query did not finish in time"
+    if query.exception() is not None:
+        raise AssertionError(f"query failed: {query.exception()}")
+    query.table_name = name
+    return query
+
+
+def ids_of(rows) -> List[int]:
+    return sorted(int(r["keys"]) for r in rows)
+
+
+def wait_for(predicate, timeout: float = 60, interval: float = 0.2, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def committed(namesrv: str, topic: str, group: str) -> Dict[str, Optional[int]]:
+    with Admin(namesrv) as admin:
+        queues = admin.queues(topic, refresh=True)
+        return {mq.key: v for mq, v in admin.offsets("committed", queues, group=group).items()}
+
+
+def max_offsets(namesrv: str, topic: str) -> Dict[str, int]:
+    with Admin(namesrv) as admin:
+        queues = admin.queues(topic, refresh=True)
+        return {mq.key: v for mq, v in admin.offsets("max", queues).items()}

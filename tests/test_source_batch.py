@@ -1,0 +1,156 @@
+"""spark.read.format("rocketmq"): bounded reads, registration, options checked up front."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from pyspark.errors import PySparkException
+from pyspark.sql.utils import AnalysisException
+
+import rocketmq_spark
+from rocketmq_spark.client import Message, Producer
+from rocketmq_spark.source.options import OptionError, parse_options
+from source_helpers import ids_of, produce
+
+
+@pytest.fixture
+def cluster(embedded_cluster_session):
+    return embedded_cluster_session
+
+
+@pytest.fixture
+def topic(cluster, unique_name):
+    name = unique_name("Batch")
+    cluster.create_topic(name, queues=4)
+    return name
+
+
+def read(spark, namesrv, topic, **options):
+    r = spark.read.format("rocketmq").option("nameServer", namesrv).option("subscribe", topic)
+    for k, v in options.items():
+        r = r.option(k, str(v))
+    return r.load()
+
+
+def test_batch_read_defaults_to_earliest_through_latest(spark, cluster, topic):
+    produce(cluster.namesrv_addr, topic, range(1000))
+    df = read(spark, cluster.namesrv_addr, topic)
+    assert df.count() == 1000
+    assert ids_of(df.select("keys").collect()) == list(range(1000))
+    assert [f.name for f in df.schema.fields] == [
+        "topic", "brokerName", "queueId", "queueOffset", "body", "tags", "keys", "msgId",
+        "bornTimestamp", "storeTimestamp", "bornHost", "storeHost", "reconsumeTimes"]
+
+
+def test_ending_offsets_and_ending_timestamp(spark, cluster, topic):
+    sent = produce(cluster.namesrv_addr, topic, range(400))
+    time.sleep(0.05)
+    boundary = int(time.time() * 1000)
+    time.sleep(0.05)
+    produce(cluster.namesrv_addr, topic, range(400, 500))
+    assert ids_of(read(spark, cluster.namesrv_addr, topic, endingTimestamp=boundary)
+                  .select("keys").collect()) == list(range(400))
+    spec = {topic: {f"{mq.broker_name}/{mq.queue_id}": 5 for mq in sent}}
+    five = read(spark, cluster.namesrv_addr, topic, endingOffsets=json.dumps(spec))
+    assert ids_of(five.select("keys").collect()) == sorted(n for ids in sent.values()
+                                                          for n in ids[:5])
+
+
+def test_min_partitions_splits_ranges(spark, cluster, unique_name):
+    topic = unique_name("Split")
+    cluster.create_topic(topic, queues=1, brokers=["broker-a"])
+    produce(cluster.namesrv_addr, topic, range(1000))
+    df = read(spark, cluster.namesrv_addr, topic, minPartitions=5)
+    assert df.rdd.getNumPartitions() == 5
+    assert ids_of(df.select("keys").collect()) == list(range(1000))
+
+
+def test_include_properties_gives_a_map(spark, cluster, topic):
+    with Producer(cluster.namesrv_addr) as p:
+        p.send(Message(topic, b"x", tags="T", keys="k1", properties={"color": "red", "n": "7"}))
+    row = read(spark, cluster.namesrv_addr, topic, includeProperties="true").collect()[0]
+    assert row["properties"]["color"] == "red" and row["properties"]["n"] == "7"
+    assert row["properties"]["TAGS"] == "T" and row["properties"]["KEYS"] == "k1"
+
+
+def test_subscribe_pattern_and_assign(spark, cluster, unique_name):
+    prefix = unique_name("Pat")
+    for suffix in ("a", "b"):
+        cluster.create_topic(f"{prefix}-{suffix}", queues=2)
+        produce(cluster.namesrv_addr, f"{prefix}-{suffix}", range(10), prefix=suffix)
+    df = spark.read.format("rocketmq").option("nameServer", cluster.namesrv_addr) \
+        .option("subscribePattern", f"{prefix}-.*").load()
+    assert sorted({r.topic for r in df.select("topic").collect()}) == [f"{prefix}-a",
+                                                                      f"{prefix}-b"]
+    assert df.count() == 20
+    one = json.dumps([f"{prefix}-a/broker-a/0", {"topic": f"{prefix}-b", "brokerName":
+                                                   "broker-b", "queueId": 1}])
+    assigned = spark.read.format("rocketmq").option("nameServer", cluster.namesrv_addr) \
+        .option("assign", one).load()
+    assert {(r.topic, r.brokerName, r.queueId) for r in assigned.collect()} == {
+        (f"{prefix}-a", "broker-a", 0), (f"{prefix}-b", "broker-b", 1)}
+
+
+def test_register_works_as_well_as_discovery(spark, cluster, topic):
+    produce(cluster.namesrv_addr, topic, range(3))
+    rocketmq_spark.register(spark)
+    assert read(spark, cluster.namesrv_addr, topic).count() == 3
+    # Names are case-insensitive in Spark.
+    assert spark.read.format("RocketMQ").option("nameServer", cluster.namesrv_addr) \
+        .option("subscribe", topic).load().count() == 3
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"subscribe": "T"}, "nameServer"),
+    ({"nameServer": "nohost", "subscribe": "T"}, "nameServer"),
+    ({"nameServer": "h:1"}, "subscribe, subscribePattern and assign"),
+    ({"nameServer": "h:1", "subscribe": "T", "assign": "[]"}, "assign"),
+    ({"nameServer": "h:1", "subscribe": "bad topic!"}, "subscribe"),
+    ({"nameServer": "h:1", "subscribePattern": "(unclosed"}, "subscribePattern"),
+    ({"nameServer": "h:1", "assign": "[{\"topic\":1}]"}, "assign"),
+    ({"nameServer": "h:1", "subscribe": "T", "startingOffsets": "yesterday"}, "startingOffsets"),
+    ({"nameServer": "h:1", "subscribe": "T", "startingOffsets": "{\"T\":{\"0\":1}}"},
+     "startingOffsets"),
+    ({"nameServer": "h:1", "subscribe": "T", "startingOffsets": "group"}, "consumerGroup"),
+    ({"nameServer": "h:1", "subscribe": "T", "startingTimestamp": "soon"}, "startingTimestamp"),
+    ({"nameServer": "h:1", "subscribe": "T", "startingTimestamp": "1",
+      "startingOffsets": "earliest"}, "startingOffsets, startingTimestamp"),
+    ({"nameServer": "h:1", "subscribe": "T", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
+    ({"nameServer": "h:1", "subscribe": "T", "minPartitions": "0"}, "minPartitions"),
+    ({"nameServer": "h:1", "subscribe": "T", "pullBatchSize": "x"}, "pullBatchSize"),
+    ({"nameServer": "h:1", "subscribe": "T", "accessKey": "ak"}, "secretKey"),
+    ({"nameServer": "h:1", "subscribe": "T", "filter": "a || *"}, "filter"),
+    ({"nameServer": "h:1", "subscribe": "T", "subscribtion": "oops"}, "subscribtion"),
+    ({"nameServer": "h:1", "subscribe": "T", "endingOffsets": "latest"}, "endingOffsets"),
+    ({"nameServer": "h:1", "subscribe": "T", "maxMessagesPerTrigger": "-5"},
+     "maxMessagesPerTrigger"),
+])
+def test_bad_options_name_the_option(options, named):
+    with pytest.raises(OptionError) as err:
+        parse_options(options, streaming=True)
+    assert named in str(err.value)
+
+
+def test_bad_options_fail_the_query_before_it_runs(spark):
+    started = time.monotonic()
+    with pytest.raises((PySparkException, AnalysisException, Exception)) as err:
+        spark.read.format("rocketmq").option("nameServer", "127.0.0.1:1") \
+            .option("subscribe", "T").option("startingOffset", "earliest").load().collect()
+    assert "startingOffset" in str(err.value) and "unknown option" in str(err.value)
+    assert time.monotonic() - started < 30
+    with pytest.raises(Exception) as err:
+        spark.readStream.format("rocketmq").option("nameServer", "127.0.0.1:1") \
+            .option("subscribe", "T").option("endingOffsets", "latest").load() \
+            .writeStream.format("noop").start().awaitTermination(30)
+    assert "endingOffsets" in str(err.value)
+
+
+def test_secrets_stay_out_of_reprs_and_errors():
+    options = parse_options({"nameServer": "h:1", "subscribe": "T", "accessKey": "AK1",
+                             "secretKey": "s3cr3t-value"}, streaming=True)
+    assert "s3cr3t-value" not in repr(options) and "AK1" in repr(options)
+    with pytest.raises(OptionError) as err:
+        parse_options({"nameServer": "h:1", "subscribe": "T", "accessKey": "AK1",
+                       "secretKey": "s3cr3t-value", "startingOffsets": "nope"}, streaming=True)
+    assert "s3cr3t-value" not in str(err.value)
