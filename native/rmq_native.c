@@ -2,19 +2,12 @@
  * rocketmq_spark._native: decode a PULL_MESSAGE body into Arrow-ready column buffers.
  *
  * Optional accelerator for rocketmq_spark/client/protocol/columns.py, which holds the
- * pure-Python (numpy) twin of this code and the reference for its output. One call walks the
- * stored records once to validate them and size the outputs, and once more to fill them.
+ * pure-Python (numpy) twin of this code and the reference for its output.
  *
- * decode(body, verify_crc) -> tuple of bytes objects, in this order:
- *   n (int),
- *   int32 columns (n each):   queue_id, flag, sys_flag, reconsume_times
- *   int64 columns (n each):   queue_offset, physical_offset, born_timestamp, store_timestamp
- *   variable columns, each (offsets int32[n+1], data) and, for the three properties, a
- *   validity bitmap: body, topic, properties, tags(+valid), keys(+valid), uniq_key(+valid),
- *   offset_msg_id, born_host, store_host
- * Host strings are formatted here only for IPv4; when any host is IPv6 the two host entries are
- * None and the caller formats them. On a bad record it raises ValueError(kind, record_start)
- * with kind "layout" or "crc"; the caller re-decodes that record to name the exact fault.
+ * Two calls, so the caller allocates the outputs (from Arrow's memory pool): scan() validates
+ * the records and sizes each column, fill() writes the columns. On a bad record scan() raises
+ * ValueError(kind, record_start) with kind "layout", "crc" or "utf8"; the caller re-decodes that
+ * record to name the exact fault. Host strings are formatted here only for IPv4.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -64,6 +57,36 @@ static inline int32_t be32(const uint8_t *p) {
 static inline int16_t be16(const uint8_t *p) { return (int16_t)((uint16_t)p[0] << 8 | p[1]); }
 static inline int64_t be64(const uint8_t *p) {
     return (int64_t)((uint64_t)(uint32_t)be32(p) << 32 | (uint32_t)be32(p + 4));
+}
+
+/* Whether p[0:n] is valid UTF-8 (the strictness Arrow's string type needs); 8 ASCII bytes a step. */
+static int utf8_ok(const uint8_t *p, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        if (i + 8 <= n) {
+            uint64_t w;
+            memcpy(&w, p + i, 8);
+            if ((w & 0x8080808080808080ull) == 0) { i += 8; continue; }
+        }
+        uint8_t c = p[i];
+        if (c < 0x80) { i++; continue; }
+        Py_ssize_t len;
+        uint32_t cp;
+        if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
+        else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
+        else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
+        else return 0;
+        if (i + len > n) return 0;
+        for (Py_ssize_t k = 1; k < len; k++) {
+            if ((p[i + k] & 0xC0) != 0x80) return 0;
+            cp = (cp << 6) | (p[i + k] & 0x3F);
+        }
+        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+            cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            return 0;
+        i += len;
+    }
+    return 1;
 }
 
 /* Where one record's fields are; filled by locate(). */
@@ -119,11 +142,11 @@ static int locate(const uint8_t *b, Py_ssize_t end, rec_t *r) {
     r->tags = r->keys = r->uniq = -1;
     r->tags_len = r->keys_len = r->uniq_len = 0;
     Py_ssize_t i = r->props, e = rec_end;
-    while (i < e) {
-        Py_ssize_t j = i;
-        while (j < e && b[j] != 0x02) j++;
-        Py_ssize_t k = i;
-        while (k < j && b[k] != 0x01) k++;
+    while (i < e) {  /* memchr: glibc scans many bytes per step */
+        const uint8_t *sep = memchr(b + i, 0x02, e - i);
+        Py_ssize_t j = sep ? sep - b : e;
+        const uint8_t *eq = memchr(b + i, 0x01, j - i);
+        Py_ssize_t k = eq ? eq - b : j;
         if (j - i >= 3 && k < j && k > i && j - k - 1 > 0) {
             Py_ssize_t nl = k - i, v = k + 1, vl = j - k - 1;
             if (nl == 4 && memcmp(b + i, "TAGS", 4) == 0) { r->tags = v; r->tags_len = vl; }
@@ -151,19 +174,8 @@ static int format_v4(char *out, const uint8_t *h, host_cache_t *cache) {
 
 static const char HEX[] = "0123456789ABCDEF";
 
-/* A growable-free pair of output buffers: int32 offsets and the data. */
-typedef struct { PyObject *offsets, *data; int32_t *off; char *dat; Py_ssize_t pos; } col_t;
-
-static int col_new(col_t *c, Py_ssize_t n, Py_ssize_t size) {
-    c->offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
-    c->data = PyBytes_FromStringAndSize(NULL, size);
-    if (!c->offsets || !c->data) return -1;
-    c->off = (int32_t *)PyBytes_AS_STRING(c->offsets);
-    c->dat = PyBytes_AS_STRING(c->data);
-    c->pos = 0;
-    c->off[0] = 0;
-    return 0;
-}
+/* One output column: int32 offsets and the bytes, both in caller-provided buffers. */
+typedef struct { int32_t *off; char *dat; Py_ssize_t pos; } col_t;
 
 static inline void col_put(col_t *c, Py_ssize_t i, const uint8_t *src, Py_ssize_t len) {
     if (len > 0) memcpy(c->dat + c->pos, src, len);
@@ -171,83 +183,168 @@ static inline void col_put(col_t *c, Py_ssize_t i, const uint8_t *src, Py_ssize_
     c->off[i + 1] = (int32_t)c->pos;
 }
 
-static PyObject *decode(PyObject *self, PyObject *args) {
-    Py_buffer view;
-    int verify_crc = 1;
-    if (!PyArg_ParseTuple(args, "y*|p", &view, &verify_crc)) return NULL;
-    const uint8_t *b = (const uint8_t *)view.buf;
-    Py_ssize_t end = view.len;
-    PyObject *result = NULL;
-    rec_t *recs = NULL;
-    PyObject *ints = NULL, *longs = NULL, *valid[3] = {NULL, NULL, NULL};
-    col_t cols[9];
-    memset(cols, 0, sizeof(cols));
+static void put_hex(col_t *c, const uint8_t *src, Py_ssize_t len) {
+    for (Py_ssize_t q = 0; q < len; q++) {
+        c->dat[c->pos++] = HEX[src[q] >> 4];
+        c->dat[c->pos++] = HEX[src[q] & 15];
+    }
+}
 
-    /* Pass 1: count, validate, size. */
-    Py_ssize_t n = 0, cap = 64;
-    recs = PyMem_Malloc(cap * sizeof(rec_t));
-    if (!recs) { PyErr_NoMemory(); goto done; }
-    Py_ssize_t sz[9] = {0};
-    int any_v6 = 0;
-    Py_ssize_t pos = 0;
+#define WANT_PROPERTIES 1
+#define WANT_OFFSET_ID 2
+enum { C_BODY, C_TOPIC, C_PROPS, C_TAGS, C_KEYS, C_MSGID, C_OFFID, C_BORN, C_STORE, NCOLS };
+
+/* The result of scan(): the validated records of one body, kept until fill() runs. */
+typedef struct {
+    Py_buffer view;
+    rec_t *recs;
+    Py_ssize_t n;
+    Py_ssize_t sz[NCOLS];
+    int any_v6;
+} scan_t;
+
+static void scan_free(PyObject *capsule) {
+    scan_t *sc = PyCapsule_GetPointer(capsule, "rmq_scan");
+    if (sc == NULL) return;
+    PyBuffer_Release(&sc->view);
+    PyMem_Free(sc->recs);
+    PyMem_Free(sc);
+}
+
+/* scan(body, verify_crc) -> (state, n, sizes of the 9 variable columns, any IPv6 host)
+ * Validates every record and sizes the outputs, so the caller can allocate them exactly
+ * (from Arrow's memory pool, which reuses memory instead of faulting in fresh pages). */
+static PyObject *scan(PyObject *self, PyObject *args) {
+    PyObject *body;
+    int verify_crc = 1;
+    if (!PyArg_ParseTuple(args, "O|p", &body, &verify_crc)) return NULL;
+    scan_t *sc = PyMem_Calloc(1, sizeof(scan_t));
+    if (!sc) return PyErr_NoMemory();
+    if (PyObject_GetBuffer(body, &sc->view, PyBUF_SIMPLE) < 0) { PyMem_Free(sc); return NULL; }
+    PyObject *capsule = PyCapsule_New(sc, "rmq_scan", scan_free);
+    if (!capsule) { PyBuffer_Release(&sc->view); PyMem_Free(sc); return NULL; }
+    const uint8_t *b = (const uint8_t *)sc->view.buf;
+    Py_ssize_t end = sc->view.len, pos = 0, cap = 64;
+    sc->recs = PyMem_Malloc(cap * sizeof(rec_t));
+    if (!sc->recs) { Py_DECREF(capsule); return PyErr_NoMemory(); }
     while (pos < end) {
-        if (n == cap) {
+        if (sc->n == cap) {
             cap *= 2;
-            rec_t *grown = PyMem_Realloc(recs, cap * sizeof(rec_t));
-            if (!grown) { PyErr_NoMemory(); goto done; }
-            recs = grown;
+            rec_t *grown = PyMem_Realloc(sc->recs, cap * sizeof(rec_t));
+            if (!grown) { Py_DECREF(capsule); return PyErr_NoMemory(); }
+            sc->recs = grown;
         }
-        rec_t *r = &recs[n];
+        rec_t *r = &sc->recs[sc->n];
         r->start = pos;
         if (locate(b, end, r) < 0) {
             PyErr_SetObject(PyExc_ValueError, Py_BuildValue("(sn)", "layout", pos));
-            goto done;
+            Py_DECREF(capsule);
+            return NULL;
         }
         if (verify_crc) {
             uint32_t crc = crc32_bytes(b + r->body, r->body_len) & 0x7FFFFFFFu;
             if ((int32_t)crc != be32(b + pos + 8)) {
                 PyErr_SetObject(PyExc_ValueError, Py_BuildValue("(sn)", "crc", pos));
-                goto done;
+                Py_DECREF(capsule);
+                return NULL;
             }
         }
-        if (r->sys_flag & (BORN_V6 | STORE_V6)) any_v6 = 1;
-        sz[0] += r->body_len;
-        sz[1] += r->topic_len;
-        sz[2] += r->props_len;
-        sz[3] += r->tags_len;
-        sz[4] += r->keys_len;
-        sz[5] += r->uniq_len;
-        sz[6] += 2 * (r->store_len + 8);
+        /* Topic and properties become Arrow strings (tags, keys and UNIQ_KEY are pieces of
+         * the properties cut at ASCII separators, so they are valid when these are). */
+        if (!utf8_ok(b + r->topic, r->topic_len) || !utf8_ok(b + r->props, r->props_len)) {
+            PyErr_SetObject(PyExc_ValueError, Py_BuildValue("(sn)", "utf8", pos));
+            Py_DECREF(capsule);
+            return NULL;
+        }
+        if (r->sys_flag & (BORN_V6 | STORE_V6)) sc->any_v6 = 1;
+        Py_ssize_t id_len = 2 * (r->store_len + 8);
+        sc->sz[C_BODY] += r->body_len;
+        sc->sz[C_TOPIC] += r->topic_len;
+        sc->sz[C_PROPS] += r->props_len;
+        sc->sz[C_TAGS] += r->tags_len;
+        sc->sz[C_KEYS] += r->keys_len;
+        sc->sz[C_MSGID] += r->uniq >= 0 ? r->uniq_len : id_len;
+        sc->sz[C_OFFID] += id_len;
         pos += r->total;
-        n++;
+        sc->n++;
+    }
+    if (!sc->any_v6) {  /* hosts are sized exactly */
+        host_cache_t born = {{0}, {0}, 0, 0}, store = {{0}, {0}, 0, 0};
+        char tmp[32];
+        for (Py_ssize_t i = 0; i < sc->n; i++) {
+            sc->sz[C_BORN] += format_v4(tmp, b + sc->recs[i].start + 48, &born);
+            sc->sz[C_STORE] += format_v4(tmp, b + sc->recs[i].store_host, &store);
+        }
+    }
+    PyObject *sizes = PyTuple_New(NCOLS);
+    if (!sizes) { Py_DECREF(capsule); return NULL; }
+    for (int c = 0; c < NCOLS; c++) PyTuple_SET_ITEM(sizes, c, PyLong_FromSsize_t(sc->sz[c]));
+    return Py_BuildValue("(NnNO)", capsule, sc->n, sizes, sc->any_v6 ? Py_True : Py_False);
+}
+
+/* Get a writable buffer of at least ``need`` bytes; NULL (with an error) otherwise. */
+static void *writable(PyObject *obj, Py_ssize_t need, Py_buffer *view) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE) < 0) return NULL;
+    if (view->len < need) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "output buffer of %zd bytes, need %zd", view->len, need);
+        return NULL;
+    }
+    return view->buf;
+}
+
+/* fill(state, want, ints, longs, offsets[9], data[9], valid[2]) -> None
+ * ``want``: 1 = properties, 2 = offset_msg_id; unwanted columns (and the host columns when a
+ * host is IPv6) may be None in the lists. Column order as in the enum above; ints holds
+ * queue_id, flag, sys_flag, reconsume_times and longs queue_offset, physical_offset,
+ * born_timestamp, store_timestamp, n values each. */
+static PyObject *fill(PyObject *self, PyObject *args) {
+    PyObject *capsule, *ints_obj, *longs_obj, *offs, *datas, *valids;
+    int want;
+    if (!PyArg_ParseTuple(args, "OiOOO!O!O!", &capsule, &want, &ints_obj, &longs_obj,
+                          &PyList_Type, &offs, &PyList_Type, &datas, &PyList_Type, &valids))
+        return NULL;
+    scan_t *sc = PyCapsule_GetPointer(capsule, "rmq_scan");
+    if (!sc) return NULL;
+    if (PyList_GET_SIZE(offs) != NCOLS || PyList_GET_SIZE(datas) != NCOLS ||
+        PyList_GET_SIZE(valids) != 2) {
+        PyErr_SetString(PyExc_ValueError, "fill needs 9 offsets, 9 data and 2 validity buffers");
+        return NULL;
+    }
+    const uint8_t *b = (const uint8_t *)sc->view.buf;
+    Py_ssize_t n = sc->n;
+    int wanted[NCOLS] = {1, 1, want & WANT_PROPERTIES, 1, 1, 1, want & WANT_OFFSET_ID,
+                         !sc->any_v6, !sc->any_v6};
+    Py_buffer views[2 + 2 * NCOLS + 2];
+    int held = 0, ok = 0;
+    col_t cols[NCOLS];
+    memset(cols, 0, sizeof(cols));
+    int32_t *i32 = writable(ints_obj, 16 * n, &views[held]);
+    if (!i32) goto done;
+    held++;
+    int64_t *i64 = writable(longs_obj, 32 * n, &views[held]);
+    if (!i64) goto done;
+    held++;
+    for (int c = 0; c < NCOLS; c++) {
+        if (!wanted[c]) continue;
+        cols[c].off = writable(PyList_GET_ITEM(offs, c), 4 * (n + 1), &views[held]);
+        if (!cols[c].off) goto done;
+        held++;
+        cols[c].dat = writable(PyList_GET_ITEM(datas, c), sc->sz[c], &views[held]);
+        if (!cols[c].dat) goto done;
+        held++;
+        cols[c].off[0] = 0;
+    }
+    uint8_t *vb[2];
+    for (int v = 0; v < 2; v++) {
+        vb[v] = writable(PyList_GET_ITEM(valids, v), (n + 7) / 8, &views[held]);
+        if (!vb[v]) goto done;
+        held++;
+        memset(vb[v], 0, (n + 7) / 8);
     }
     host_cache_t born_cache = {{0}, {0}, 0, 0}, store_cache = {{0}, {0}, 0, 0};
-    sz[7] = sz[8] = 0;  /* hosts are sized exactly here */
-    for (Py_ssize_t i = 0; i < n && !any_v6; i++) {
-        char tmp[32];
-        sz[7] += format_v4(tmp, b + recs[i].start + 48, &born_cache);
-        sz[8] += format_v4(tmp, b + recs[i].store_host, &store_cache);
-    }
-
-    ints = PyBytes_FromStringAndSize(NULL, 4 * 4 * n);
-    longs = PyBytes_FromStringAndSize(NULL, 4 * 8 * n);
-    if (!ints || !longs) goto done;
-    for (int c = 0; c < 9; c++)
-        if (col_new(&cols[c], n, sz[c]) < 0) goto done;
-    Py_ssize_t vbytes = (n + 7) / 8;
-    for (int v = 0; v < 3; v++) {
-        valid[v] = PyBytes_FromStringAndSize(NULL, vbytes > 0 ? vbytes : 1);
-        if (!valid[v]) goto done;
-        memset(PyBytes_AS_STRING(valid[v]), 0, vbytes > 0 ? vbytes : 1);
-    }
-
-    /* Pass 2: fill. */
-    int32_t *i32 = (int32_t *)PyBytes_AS_STRING(ints);
-    int64_t *i64 = (int64_t *)PyBytes_AS_STRING(longs);
-    uint8_t *vb[3];
-    for (int v = 0; v < 3; v++) vb[v] = (uint8_t *)PyBytes_AS_STRING(valid[v]);
     for (Py_ssize_t i = 0; i < n; i++) {
-        rec_t *r = &recs[i];
+        rec_t *r = &sc->recs[i];
         const uint8_t *s = b + r->start;
         i32[i] = be32(s + 12);
         i32[n + i] = be32(s + 16);
@@ -257,67 +354,45 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         i64[n + i] = be64(s + 28);
         i64[2 * n + i] = be64(s + 40);
         i64[3 * n + i] = be64(b + r->store_ts);
-        col_put(&cols[0], i, b + r->body, r->body_len);
-        col_put(&cols[1], i, b + r->topic, r->topic_len);
-        col_put(&cols[2], i, b + r->props, r->props_len);
-        Py_ssize_t span[3][2] = {{r->tags, r->tags_len}, {r->keys, r->keys_len},
-                                 {r->uniq, r->uniq_len}};
-        for (int v = 0; v < 3; v++) {
-            if (span[v][0] >= 0) {
-                vb[v][i >> 3] |= (uint8_t)(1u << (i & 7));
-                col_put(&cols[3 + v], i, b + span[v][0], span[v][1]);
-            } else {
-                col_put(&cols[3 + v], i, NULL, 0);
-            }
-        }
-        /* offsetMsgId: hex of the store host bytes and the commit-log offset */
-        col_t *id = &cols[6];
-        const uint8_t *parts[2] = {b + r->store_host, s + 28};
-        Py_ssize_t lens[2] = {r->store_len, 8};
-        for (int k = 0; k < 2; k++)
-            for (Py_ssize_t q = 0; q < lens[k]; q++) {
-                id->dat[id->pos++] = HEX[parts[k][q] >> 4];
-                id->dat[id->pos++] = HEX[parts[k][q] & 15];
-            }
-        id->off[i + 1] = (int32_t)id->pos;
-        if (!any_v6) {
-            cols[7].pos += format_v4(cols[7].dat + cols[7].pos, s + 48, &born_cache);
-            cols[7].off[i + 1] = (int32_t)cols[7].pos;
-            cols[8].pos += format_v4(cols[8].dat + cols[8].pos, b + r->store_host,
-                                     &store_cache);
-            cols[8].off[i + 1] = (int32_t)cols[8].pos;
-        }
-    }
-
-    result = PyTuple_New(1 + 2 + 9 * 2 + 3);
-    if (!result) goto done;
-    PyTuple_SET_ITEM(result, 0, PyLong_FromSsize_t(n));
-    PyTuple_SET_ITEM(result, 1, ints); ints = NULL;
-    PyTuple_SET_ITEM(result, 2, longs); longs = NULL;
-    for (int c = 0; c < 9; c++) {
-        if (any_v6 && c >= 7) {
-            Py_INCREF(Py_None); PyTuple_SET_ITEM(result, 3 + 2 * c, Py_None);
-            Py_INCREF(Py_None); PyTuple_SET_ITEM(result, 4 + 2 * c, Py_None);
-            Py_CLEAR(cols[c].offsets); Py_CLEAR(cols[c].data);
+        col_put(&cols[C_BODY], i, b + r->body, r->body_len);
+        col_put(&cols[C_TOPIC], i, b + r->topic, r->topic_len);
+        if (wanted[C_PROPS]) col_put(&cols[C_PROPS], i, b + r->props, r->props_len);
+        if (r->tags >= 0) vb[0][i >> 3] |= (uint8_t)(1u << (i & 7));
+        col_put(&cols[C_TAGS], i, r->tags >= 0 ? b + r->tags : NULL, r->tags_len);
+        if (r->keys >= 0) vb[1][i >> 3] |= (uint8_t)(1u << (i & 7));
+        col_put(&cols[C_KEYS], i, r->keys >= 0 ? b + r->keys : NULL, r->keys_len);
+        /* msgId: the producer's UNIQ_KEY, else the broker's offset id (store host + offset) */
+        if (r->uniq >= 0) {
+            col_put(&cols[C_MSGID], i, b + r->uniq, r->uniq_len);
         } else {
-            PyTuple_SET_ITEM(result, 3 + 2 * c, cols[c].offsets); cols[c].offsets = NULL;
-            PyTuple_SET_ITEM(result, 4 + 2 * c, cols[c].data); cols[c].data = NULL;
+            put_hex(&cols[C_MSGID], b + r->store_host, r->store_len);
+            put_hex(&cols[C_MSGID], s + 28, 8);
+            cols[C_MSGID].off[i + 1] = (int32_t)cols[C_MSGID].pos;
+        }
+        if (wanted[C_OFFID]) {
+            put_hex(&cols[C_OFFID], b + r->store_host, r->store_len);
+            put_hex(&cols[C_OFFID], s + 28, 8);
+            cols[C_OFFID].off[i + 1] = (int32_t)cols[C_OFFID].pos;
+        }
+        if (wanted[C_BORN]) {
+            cols[C_BORN].pos += format_v4(cols[C_BORN].dat + cols[C_BORN].pos, s + 48,
+                                          &born_cache);
+            cols[C_BORN].off[i + 1] = (int32_t)cols[C_BORN].pos;
+            cols[C_STORE].pos += format_v4(cols[C_STORE].dat + cols[C_STORE].pos,
+                                           b + r->store_host, &store_cache);
+            cols[C_STORE].off[i + 1] = (int32_t)cols[C_STORE].pos;
         }
     }
-    for (int v = 0; v < 3; v++) { PyTuple_SET_ITEM(result, 21 + v, valid[v]); valid[v] = NULL; }
-
+    ok = 1;
 done:
-    PyBuffer_Release(&view);
-    PyMem_Free(recs);
-    Py_XDECREF(ints);
-    Py_XDECREF(longs);
-    for (int c = 0; c < 9; c++) { Py_XDECREF(cols[c].offsets); Py_XDECREF(cols[c].data); }
-    for (int v = 0; v < 3; v++) Py_XDECREF(valid[v]);
-    return result;
+    for (int h = 0; h < held; h++) PyBuffer_Release(&views[h]);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
-    {"decode", decode, METH_VARARGS, "Decode a pull body into column buffers."},
+    {"scan", scan, METH_VARARGS, "Validate a pull body's records and size its columns."},
+    {"fill", fill, METH_VARARGS, "Write the columns of a scanned body into given buffers."},
     {NULL, NULL, 0, NULL},
 };
 

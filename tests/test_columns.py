@@ -147,3 +147,14 @@ def test_bad_compressed_body_names_the_queue_offset(decoder):
 def test_empty_body_is_an_empty_batch(decoder):
     batch = C.decode_columns(b"")
     assert batch.num_rows == 0 and batch.schema == C.SCHEMA
+
+
+@pytest.mark.parametrize("bad", [b"\xff\xfe", b"\xc0\xaf", b"\xed\xa0\x80"])  # overlong, surrogate
+def test_invalid_utf8_in_properties_is_named(decoder, bad):
+    rec = M.encode_stored_message(topic="T", queue_id=0, queue_offset=3, physical_offset=0,
+                                  body=b"x", properties="TAGS\x01ab\x02KEYS\x01kkk")
+    start = rec.index(b"kkk")
+    broken = rec[:start] + bad + rec[start + len(bad):]
+    with pytest.raises(MessageDecodeError) as info:
+        C.decode_columns(broken)
+    assert "UTF-8" in str(info.value)

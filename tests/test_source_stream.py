@@ -291,3 +291,46 @@ def test_same_range_replays_to_identical_rows(spark, cluster, topic, tmp_path):
     again = spark.read.format("rocketmq").option("nameServer", cluster.namesrv_addr) \
         .option("subscribe", topic).option("endingOffsets", end).load()
     assert_df_equality(spark.table(first.table_name), again, ignore_row_order=True)
+
+
+def test_unreachable_broker_is_planned_around_not_lost(spark, embedded_cluster, tmp_path):
+    cluster = embedded_cluster
+    cluster.create_topic("Outage", queues=2)
+    with Admin(cluster.namesrv_addr) as admin:
+        queues = admin.queues("Outage", refresh=True)
+    on_a = [mq for mq in queues if mq.broker_name == "broker-a"]
+    on_b = [mq for mq in queues if mq.broker_name == "broker-b"]
+    produce(cluster.namesrv_addr, "Outage", range(100), queues=on_b)
+    df = reader(spark, cluster.namesrv_addr, "Outage", startingOffsets="earliest")
+    query = df.writeStream.format("memory").queryName("outage") \
+        .option("checkpointLocation", str(tmp_path / "cp")).start()
+    try:
+        wait_for(lambda: spark.table("outage").count() == 100, what="broker-b's first 100")
+        cluster.broker("broker-b").stop()
+        produce(cluster.namesrv_addr, "Outage", range(100, 200), queues=on_a)
+        wait_for(lambda: spark.table("outage").count() == 200,
+                 what="broker-a's messages while broker-b is down")
+        assert query.isActive and query.exception() is None
+        cluster.broker("broker-b").start()
+        produce(cluster.namesrv_addr, "Outage", range(200, 300), queues=on_b)
+        wait_for(lambda: spark.table("outage").count() == 300, what="broker-b after restart")
+        assert ids_of(spark.table("outage").collect()) == list(range(300))
+    finally:
+        query.stop()
+
+
+def test_running_query_shows_in_the_groups_consumer_list(spark, cluster, topic, tmp_path):
+    df = reader(spark, cluster.namesrv_addr, topic, startingOffsets="earliest",
+                consumerGroup="visible-group")
+    query = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "cp")) \
+        .start()
+    try:
+        produce(cluster.namesrv_addr, topic, range(50))
+        with Admin(cluster.namesrv_addr) as admin:
+            members = wait_for(lambda: admin.brokers.get_consumer_list_by_group(
+                cluster.broker("broker-a").addr, "visible-group"), what="the query's heartbeat")
+            assert len(members) == 1
+            wait_for(lambda: committed(cluster.namesrv_addr, topic, "visible-group")
+                     == max_offsets(cluster.namesrv_addr, topic), what="the commit-back")
+    finally:
+        query.stop()

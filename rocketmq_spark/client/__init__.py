@@ -24,7 +24,7 @@ _EXPORTS = {
     "Message": ".producer", "Producer": ".producer", "SendResult": ".producer",
     "MessageQueue": ".protocol.route", "TopicRouteData": ".protocol.route",
     "PullRequest": ".pull", "PullResult": ".pull", "PullStatus": ".pull",
-    "DataLossError": ".reader", "QueueRangeReader": ".reader", "ReadSettings": ".reader",
+    "DataLossError": ".errors", "QueueRangeReader": ".reader", "ReadSettings": ".reader",
     "RemotingClient": ".remoting",
 }
 

@@ -168,17 +168,25 @@ class BrokerClient:
         code, key, name = _OFFSET_LOOKUPS[kind]
         sent: List[Tuple[MessageQueue, str, object]] = []
         out: Dict[MessageQueue, Union[int, None, RocketMQError]] = {}
+        by_address: Dict[str, List[MessageQueue]] = {}
         for address, mq in targets:
-            fields: Dict[str, object] = {"topic": mq.topic, "queueId": mq.queue_id,
-                                         "bname": mq.broker_name}
-            if kind == "committed":
-                fields.update(consumerGroup=group, setZeroIfNotFound=False)
-            elif kind == "timestamp":
-                fields["timestamp"] = int(timestamp_ms)
-            try:
-                sent.append((mq, address, self.remoting.send(address, _cmd(code, fields))))
+            by_address.setdefault(address, []).append(mq)
+        for address, queues in by_address.items():
+            commands = []
+            for mq in queues:
+                fields: Dict[str, object] = {"topic": mq.topic, "queueId": mq.queue_id,
+                                             "bname": mq.broker_name}
+                if kind == "committed":
+                    fields.update(consumerGroup=group, setZeroIfNotFound=False)
+                elif kind == "timestamp":
+                    fields["timestamp"] = int(timestamp_ms)
+                commands.append(_cmd(code, fields))
+            try:  # one write per broker for all of its queues
+                pending = self.remoting.send_many(address, commands)
             except RocketMQError as exc:
-                out[mq] = exc
+                out.update((mq, exc) for mq in queues)
+                continue
+            sent.extend((mq, address, p) for mq, p in zip(queues, pending))
         for mq, address, pending in sent:
             try:
                 r = self.remoting.wait(pending, timeout)

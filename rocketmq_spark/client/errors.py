@@ -104,3 +104,13 @@ class AuthError(ResponseError):
 
 class ClientClosed(RocketMQError):
     """The client or connection was closed by its owner."""
+
+
+class DataLossError(RocketMQError):
+    """Messages of a planned range no longer exist on the broker."""
+
+    def __init__(self, queue, start: int, end: int, reason: str):
+        self.queue, self.start, self.end, self.reason = queue, start, end, reason
+        super().__init__(
+            f"data loss on queue {queue.key}: offsets [{start}, {end}) cannot be read: {reason}. "
+            "Set failOnDataLoss=false to skip lost messages (they are logged and counted).")

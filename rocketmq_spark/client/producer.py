@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import random
 import logging
 import threading
 import time
@@ -75,7 +76,7 @@ class Producer:
         self.default_topic_queue_nums = default_topic_queue_nums
         self.send_timeout = send_timeout
         self.retries = retries
-        self._rr = itertools.count()
+        self._rr = itertools.count(random.randrange(1 << 16))  # as Java: a random first queue
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ routes
@@ -187,34 +188,40 @@ class Producer:
 
     def send_many(self, messages: Iterable[Message], batch_size: int = 256,
                   in_flight: int = 8) -> List[SendResult]:
-        """Send many messages fast: batches spread round robin over the queues, several in
-        flight at once. Returns one result per batch, in send order. No retries: a failure
-        raises, and batches already acknowledged stay sent."""
+        """Send many messages fast: message by message round robin over each topic's queues,
+        packed into one batch per queue of up to ``batch_size``, several batches in flight.
+
+        Returns one result per batch, in send order. No retries: a failure raises, and the
+        batches already acknowledged stay sent."""
         pending: List = []
         results: List[SendResult] = []
+        queues: Dict[str, List[MessageQueue]] = {}
+        chunks: Dict[MessageQueue, List[Message]] = {}
 
         def finish_oldest():
             target, address, uniq, p = pending.pop(0)
             results.append(self._result(target, uniq,
                                         self.brokers.send_wait(address, p, self.send_timeout)))
 
-        def start(batch: List[Message]):
+        def start(target: MessageQueue, batch: List[Message]):
             topic, first, body = self._encode_batch(batch)
             route = self._route(topic)
-            target = self._pick(topic, route)
             pending.append((target, self._address(target, route), first,
                             self._send_async(target, route, self._batch_fields(body))))
             if len(pending) >= in_flight:
                 finish_oldest()
 
-        chunk: List[Message] = []
         for m in messages:
-            if chunk and (m.topic != chunk[0].topic or len(chunk) >= batch_size):
-                start(chunk)
-                chunk = []
+            if m.topic not in queues:
+                queues[m.topic] = self.queues(m.topic)
+            topic_queues = queues[m.topic]
+            target = topic_queues[next(self._rr) % len(topic_queues)]
+            chunk = chunks.setdefault(target, [])
             chunk.append(m)
-        if chunk:
-            start(chunk)
+            if len(chunk) >= batch_size:
+                start(target, chunks.pop(target))
+        for target, chunk in chunks.items():
+            start(target, chunk)
         while pending:
             finish_oldest()
         return results

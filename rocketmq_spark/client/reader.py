@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .broker import BrokerClient
-from .errors import RocketMQError, RouteNotFound
+from .errors import DataLossError, RocketMQError, RouteNotFound
 from .protocol.columns import decode_columns
 from .protocol.properties import split_tags_expression
 from .protocol.route import MessageQueue
@@ -41,14 +41,18 @@ log = logging.getLogger(__name__)
 AddressResolver = Callable[[MessageQueue, int, bool], str]
 
 
-class DataLossError(RocketMQError):
-    """Messages of a planned range no longer exist on the broker."""
-
-    def __init__(self, queue: MessageQueue, start: int, end: int, reason: str):
-        self.queue, self.start, self.end, self.reason = queue, start, end, reason
-        super().__init__(
-            f"data loss on queue {queue.key}: offsets [{start}, {end}) cannot be read: {reason}. "
-            "Set failOnDataLoss=false to skip lost messages (they are logged and counted).")
+def join(parts: List[bytes]):
+    """Concatenate pull bodies into a buffer from Arrow's memory pool, which is reused from one
+    batch to the next (a fresh multi-megabyte bytes object faults in new pages every time)."""
+    if len(parts) == 1:
+        return parts[0]
+    out = pa.allocate_buffer(sum(len(p) for p in parts))
+    view = memoryview(out).cast("B")
+    pos = 0
+    for part in parts:
+        view[pos:pos + len(part)] = part
+        pos += len(part)
+    return out
 
 
 @dataclass(frozen=True)
@@ -58,10 +62,12 @@ class ReadSettings:
     max_msg_nums: int = 32
     pull_timeout: float = 10.0
     pipeline_depth: int = 16
-    batch_max_messages: int = 8192
+    batch_max_messages: int = 32768
     batch_max_bytes: int = 8 * 1024 * 1024
     fail_on_data_loss: bool = True
     verify_crc: bool = True
+    properties: bool = True   # decode the raw properties column
+    offset_ids: bool = True   # decode the broker's offset message ids
     retry_deadline: float = 60.0
     retry_backoff: float = 0.1
     retry_backoff_max: float = 2.0
@@ -221,7 +227,9 @@ class QueueRangeReader:
                     yield batch
 
     def _decode(self, bodies: List[bytes]) -> pa.RecordBatch:
-        batch = decode_columns(b"".join(bodies), verify_crc=self.settings.verify_crc)
+        s = self.settings
+        batch = decode_columns(join(bodies), verify_crc=s.verify_crc,
+                               properties=s.properties, offset_ids=s.offset_ids)
         offsets = batch.column("queue_offset")
         if batch.num_rows and offsets[-1].as_py() >= self.end:
             batch = batch.filter(pc.less(offsets, self.end))

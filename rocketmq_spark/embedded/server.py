@@ -19,7 +19,7 @@ from typing import Dict, Mapping, Optional, Protocol, Set
 from ..client import acl as client_acl
 from ..client.errors import ProtocolError
 from ..client.protocol.codes import FLAG_ONEWAY, SERVER_VERSION, ResponseCode
-from ..client.protocol.frame import FrameDecoder, RemotingCommand, encode_frame
+from ..client.protocol.frame import FrameDecoder, RemotingCommand, encode_frame_head
 from .faults import FaultInjector
 from .headers import HeaderError
 from .tls import TLS_HANDSHAKE_FIRST_BYTE, TlsSettings
@@ -92,7 +92,9 @@ class ServerConnection(asyncio.Protocol):
 
     def send(self, cmd: RemotingCommand) -> None:
         if not self.closed and self.transport is not None:
-            self.transport.write(encode_frame(cmd))
+            self.transport.write(encode_frame_head(cmd))
+            if cmd.body:  # pull bodies are large: no copy into a joined frame
+                self.transport.write(cmd.body)
 
     def send_oneway(self, code: int, ext_fields: Dict[str, str]) -> None:
         """A server-initiated oneway request (e.g. NOTIFY_CONSUMER_IDS_CHANGED)."""

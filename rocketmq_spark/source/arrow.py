@@ -18,29 +18,17 @@ from __future__ import annotations
 import threading
 from typing import Dict, Tuple
 
-import numpy as np
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.types import (BinaryType, IntegerType, LongType, MapType, StringType,
-                               StructField, StructType, TimestampType)
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, TimestampType
 
-# Output columns: (Spark name, Spark type, source column in columns.SCHEMA or None).
-_COLUMNS = (
-    ("topic", StringType(), "topic"),
-    ("brokerName", StringType(), None),
-    ("queueId", IntegerType(), "queue_id"),
-    ("queueOffset", LongType(), "queue_offset"),
-    ("body", BinaryType(), "body"),
-    ("tags", StringType(), "tags"),
-    ("keys", StringType(), "keys"),
-    ("msgId", StringType(), "msg_id"),
-    ("bornTimestamp", TimestampType(), "born_timestamp"),
-    ("storeTimestamp", TimestampType(), "store_timestamp"),
-    ("bornHost", StringType(), "born_host"),
-    ("storeHost", StringType(), "store_host"),
-    ("reconsumeTimes", IntegerType(), "reconsume_times"),
-)
-PROPERTIES = "properties"
+from .schema import _COLUMNS, PROPERTIES, spark_schema  # noqa: F401 (spark_schema re-exported)
+
+if TYPE_CHECKING:
+    import numpy as np
+
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -50,15 +38,6 @@ _MAP = pa.map_(pa.field("key", pa.string(), nullable=False),
                pa.field("value", pa.string(), nullable=True))
 _ARROW_TYPES = {StringType: pa.string(), BinaryType: pa.binary(), IntegerType: pa.int32(),
                 LongType: pa.int64(), TimestampType: _TIMESTAMP}
-
-
-def spark_schema(include_properties: bool = False) -> StructType:
-    """The source's Spark schema (the Java connector's column names); ``properties`` is opt-in
-    because parsing it is by far the most expensive column."""
-    fields = [StructField(name, kind, True) for name, kind, _ in _COLUMNS]
-    if include_properties:
-        fields.append(StructField(PROPERTIES, MapType(StringType(), StringType(), True), True))
-    return StructType(fields)
 
 
 def _arrow_schema(include_properties: bool) -> pa.Schema:
@@ -123,6 +102,8 @@ def _timestamps(millis: pa.Array) -> pa.Array:
 
 def _offsets(array: pa.Array) -> np.ndarray:
     """The int32 offsets of a string/binary/list array (``len + 1`` entries, slice-aware)."""
+    import numpy as np
+
     return np.frombuffer(array.buffers()[1], dtype=np.int32, count=len(array) + 1,
                          offset=4 * array.offset)
 
@@ -147,6 +128,8 @@ def properties_map(props: pa.Array) -> pa.Array:
     resolution run, and it is vectorised too (no per-row Python), so a batch full of repeats
     costs about 25% more, not a Python loop.
     """
+    import numpy as np
+
     n = len(props)
     if props.null_count:
         props = props.fill_null("")
@@ -205,6 +188,8 @@ def _resolve_duplicates(parents: np.ndarray, codes: np.ndarray, distinct: int
     """For kept items (row ``parents``, name code ``codes``): which become entries and whose
     value each takes, so that a repeated name keeps its first position and its last value.
     Returns ``(None, None)`` when no row repeats a name."""
+    import numpy as np
+
     group = parents.astype(np.int64) * distinct + codes  # one id per (row, name)
     # Items of a row are contiguous and rows ascend, so sorting groups only sorts within rows.
     order = np.argsort(group, kind="stable")

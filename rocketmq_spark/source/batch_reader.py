@@ -2,16 +2,18 @@
 from __future__ import annotations
 
 import logging
-from typing import Iterator, List
+from typing import TYPE_CHECKING, Iterator, List
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from .connect import shared_admin
 from .offset_reader import OffsetReader
 from .options import SourceOptions
-from .partition_reader import RocketMQPartition, read_partition
-from .planning import ranges, split
+from .partitions import RocketMQPartition, to_partitions
+from .planning import pack, ranges
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -26,12 +28,12 @@ class RocketMQBatchReader(DataSourceReader):
         queues = discovery.queues
         start = offsets.resolve(self.options.starting, queues)
         end = offsets.resolve(self.options.ending, queues, is_end=True)
-        planned = split(ranges(start, end), self.options.min_partitions)
+        groups = pack(ranges(start, end), self.options.min_partitions)
         log.info("batch read of %d queues in %d partitions, %d messages", len(queues),
-                 len(planned), sum(r.size for r in planned))
-        return [RocketMQPartition(r.queue.topic, r.queue.broker_name, r.queue.queue_id,
-                                  r.start, r.end, discovery.addresses.get(r.queue.broker_name))
-                for r in planned]
+                 len(groups), sum(r.size for g in groups for r in g))
+        return to_partitions(groups, discovery.addresses)
 
-    def read(self, partition: RocketMQPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: RocketMQPartition) -> Iterator["pa.RecordBatch"]:
+        from .partition_reader import read_partition  # executors only: pyarrow, numpy, C
+
         return read_partition(self.options, partition)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from .arrow import spark_schema
+from .schema import spark_schema
 from .options import parse_options
 
 

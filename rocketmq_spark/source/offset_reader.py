@@ -15,7 +15,6 @@ from typing import Dict, Iterable, List, Mapping, Optional, Set
 
 from ..client.admin import Admin
 from ..client.errors import RocketMQError, RouteNotFound
-from ..client.protocol.columns import decode_columns
 from ..client.protocol.route import MessageQueue
 from ..client.pull import PullRequest, PullStatus
 from .options import EARLIEST, LATEST, Bound, OptionError, SourceOptions
@@ -55,6 +54,7 @@ class OffsetReader:
         self._discovered_at = 0.0
         self._max: Dict[MessageQueue, int] = {}
         self._max_at = 0.0
+        self._max_took = 0.0
 
     # ------------------------------------------------------------------ queues
 
@@ -102,10 +102,6 @@ class OffsetReader:
         self._discovered_at = now
         return self._discovery
 
-    def address(self, mq: MessageQueue) -> Optional[str]:
-        discovery = self._discovery or self.discover()
-        return discovery.addresses.get(mq.broker_name)
-
     # ------------------------------------------------------------------ offsets
 
     def _lookup(self, kind: str, queues: Iterable[MessageQueue], **kw
@@ -121,14 +117,17 @@ class OffsetReader:
 
     def max_offsets(self, queues: Iterable[MessageQueue], fresh: bool = False
                     ) -> Dict[MessageQueue, int]:
-        """Next offsets to be written, from a cache no older than offsetsRefreshIntervalMs.
-        Queues whose broker cannot be reached are missing from the result."""
+        """Next offsets to be written, from a cache no older than offsetsRefreshIntervalMs
+        (or five times as long as the last lookup took, so a thousand queues polled ninety
+        times a second do not keep the driver busy). Queues whose broker cannot be reached
+        are missing from the result."""
         queues = list(queues)
         now = time.monotonic()
-        stale = fresh or now - self._max_at >= self.options.offsets_refresh_interval_ms / 1e3
-        if stale or any(mq not in self._max for mq in queues):
+        interval = max(self.options.offsets_refresh_interval_ms / 1e3, 5 * self._max_took)
+        if fresh or now - self._max_at >= interval or any(mq not in self._max for mq in queues):
             self._max = self._lookup("max", queues)
-            self._max_at = now
+            self._max_at = time.monotonic()
+            self._max_took = self._max_at - now
         return {mq: self._max[mq] for mq in queues if mq in self._max}
 
     def cached_max_offsets(self) -> Dict[MessageQueue, int]:
@@ -208,6 +207,8 @@ class OffsetReader:
         high = brokers.get_max_offset(address, mq)
         guess = min(max(brokers.search_offset_by_timestamp(address, mq, timestamp_ms), low),
                     high)
+
+        from ..client.protocol.columns import decode_columns  # pyarrow: only for this
 
         def store_times(start: int) -> List[tuple]:
             """(offset, store time) of up to 32 messages from ``start``."""

@@ -93,7 +93,7 @@ class SourceOptions:
     tls_ca_file: Optional[str] = None
     tls_verify: bool = True
     commit_offsets: bool = True
-    offsets_refresh_interval_ms: int = 100
+    offsets_refresh_interval_ms: int = 50
     verify_crc: bool = True
 
     @property
@@ -335,6 +335,9 @@ def parse_options(raw: Mapping[str, str], streaming: bool) -> SourceOptions:
         kw["tls_ca_file"] = opts["tlscafile"]
     if "commitoffsets" in opts:
         kw["commit_offsets"] = _bool("commitOffsets", opts["commitoffsets"])
+        if kw["commit_offsets"] and not kw.get("group_given"):
+            raise OptionError("commitOffsets=true needs the option consumerGroup (the group "
+                              "the offsets are committed to)")
     if "offsetsrefreshintervalms" in opts:
         kw["offsets_refresh_interval_ms"] = _int("offsetsRefreshIntervalMs",
                                                  opts["offsetsrefreshintervalms"], 0, 600_000)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from ..client.protocol.route import MessageQueue
-from ..client.reader import DataLossError
+from ..client.errors import DataLossError
 
 log = logging.getLogger(__name__)
 
@@ -116,16 +116,26 @@ def ranges(start: Mapping[MessageQueue, int], end: Mapping[MessageQueue, int]
 
 
 def split(queue_ranges: List[QueueRange], min_partitions: Optional[int]) -> List[QueueRange]:
-    """At least ``min_partitions`` ranges when there are enough messages: large ranges are cut
-    in proportion to their size, like Spark's Kafka source does."""
+    """At least ``min_partitions`` ranges when there are that many messages: each range is cut
+    into pieces in proportion to its size (largest remainders get the spare pieces), like
+    Spark's Kafka source does with ``minPartitions``."""
     if not min_partitions or len(queue_ranges) >= min_partitions:
         return queue_ranges
     total = sum(r.size for r in queue_ranges)
     if total == 0:
         return queue_ranges
+    quotas = [r.size * min_partitions / total for r in queue_ranges]
+    pieces = [max(1, min(r.size, int(q))) for r, q in zip(queue_ranges, quotas)]
+    spare = min_partitions - sum(pieces)
+    by_remainder = sorted(range(len(queue_ranges)), key=lambda i: (pieces[i] - quotas[i], i))
+    for i in by_remainder:
+        if spare <= 0:
+            break
+        if pieces[i] < queue_ranges[i].size:
+            pieces[i] += 1
+            spare -= 1
     out = []
-    for r in queue_ranges:
-        parts = max(1, min(r.size, round(r.size / total * min_partitions)))
+    for r, parts in zip(queue_ranges, pieces):
         step, extra = divmod(r.size, parts)
         offset = r.start
         for i in range(parts):
@@ -133,3 +143,32 @@ def split(queue_ranges: List[QueueRange], min_partitions: Optional[int]) -> List
             out.append(QueueRange(r.queue, offset, offset + size))
             offset += size
     return out
+
+
+PACK_MESSAGES = 4096
+
+
+def pack(queue_ranges: List[QueueRange], min_partitions: Optional[int] = None,
+         min_messages: int = PACK_MESSAGES) -> List[List[QueueRange]]:
+    """Group ranges into partitions: each range alone once it holds ``min_messages`` or more,
+    small ones together until a group does. A Python task costs Spark tens of milliseconds
+    whatever it reads, so a trickle spread over many queues is read by one task instead of
+    one per queue. With ``min_partitions`` the user asked for parallelism: ranges are split
+    (see :func:`split`) and never packed."""
+    if min_partitions:
+        return [[r] for r in split(queue_ranges, min_partitions)]
+    groups: List[List[QueueRange]] = []
+    current: List[QueueRange] = []
+    size = 0
+    for r in queue_ranges:
+        if r.size >= min_messages:
+            groups.append([r])
+            continue
+        current.append(r)
+        size += r.size
+        if size >= min_messages:
+            groups.append(current)
+            current, size = [], 0
+    if current:
+        groups.append(current)
+    return groups

@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow,
@@ -35,8 +34,11 @@ from .connect import shared_admin
 from .offset_reader import OffsetReader
 from .offsets import UNRESOLVED, from_offset, to_offset
 from .options import SourceOptions
-from .partition_reader import RocketMQPartition, read_partition
-from .planning import next_end, ranges, split
+from .partitions import RocketMQPartition, to_partitions
+from .planning import next_end, pack, ranges
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,7 @@ class _Driver:
         self.target: Optional[Dict[MessageQueue, int]] = None
         self.committed: Optional[Dict[str, int]] = None
         self.heartbeat_at = 0.0
+        self.last_start: Optional[dict] = None
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -95,7 +98,11 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._commit_to_group(start, current)
         new_queues = [mq for mq in discovery.queues if mq not in current]
         new_start = offsets.min_offsets(new_queues) if new_queues else {}
-        latest = offsets.max_offsets(discovery.queues)
+        # A new start means a batch just ended: what arrived meanwhile is due now, so the
+        # cached max offsets (good for the idle polls that follow) are refreshed.
+        fresh = start != driver.last_start
+        driver.last_start = start
+        latest = offsets.max_offsets(discovery.queues, fresh=fresh)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = next_end(current, discovery.queues, discovery.why_missing, latest, new_start,
                        self.options.fail_on_data_loss, max_rows, driver.target)
@@ -115,13 +122,12 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if mq in finish and finish[mq] < offset:
                 log.warning("queue %s restarts at %d below %d; the messages in between were "
                             "lost", mq.key, finish[mq], offset)
-        planned = split(ranges(begin, finish), self.options.min_partitions)
-        offsets = self.driver.offsets
-        return [RocketMQPartition(r.queue.topic, r.queue.broker_name, r.queue.queue_id,
-                                  r.start, r.end, offsets.address(r.queue))
-                for r in planned]
+        groups = pack(ranges(begin, finish), self.options.min_partitions)
+        return to_partitions(groups, self.driver.offsets.discover().addresses)
 
-    def read(self, partition: RocketMQPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: RocketMQPartition) -> Iterator["pa.RecordBatch"]:
+        from .partition_reader import read_partition  # executors only: pyarrow, numpy, C
+
         return read_partition(self.options, partition)
 
     def commit(self, end: dict) -> None:

@@ -241,13 +241,19 @@ def _utf8(data: bytes, pos: int, length: int) -> str:
 # Frames
 
 
-def encode_frame(cmd: RemotingCommand, serialize_type: Optional[int] = None) -> bytes:
-    """The whole frame, length prefix included."""
+def encode_frame_head(cmd: RemotingCommand, serialize_type: Optional[int] = None) -> bytes:
+    """Everything of the frame before its body: write it, then ``cmd.body``, to send a large
+    body without copying it into one buffer first."""
     ser = cmd.serialize_type if serialize_type is None else serialize_type
     header = encode_binary_header(cmd) if ser == SerializeType.ROCKETMQ else encode_json_header(cmd)
-    body = cmd.body or b""
-    return b"".join((_UINT.pack(4 + len(header) + len(body)),
-                     _UINT.pack((int(ser) << 24) | len(header)), header, body))
+    return b"".join((_UINT.pack(4 + len(header) + len(cmd.body or b"")),
+                     _UINT.pack((int(ser) << 24) | len(header)), header))
+
+
+def encode_frame(cmd: RemotingCommand, serialize_type: Optional[int] = None) -> bytes:
+    """The whole frame, length prefix included."""
+    head = encode_frame_head(cmd, serialize_type)
+    return head + cmd.body if cmd.body else head
 
 
 def decode_payload(payload: bytes) -> RemotingCommand:
@@ -304,20 +310,26 @@ class FrameDecoder:
         out: List[RemotingCommand] = []
         pos = 0
         end = len(buf)
-        while end - pos >= 4:
-            length = _UINT.unpack_from(buf, pos)[0]
-            if length + 4 > self._max or length < 4:
-                raise ProtocolError(f"frame length {length} is outside [4, {self._max - 4}]",
-                                    self.stream_offset + pos, "stream", bytes(buf[pos:pos + 16]),
-                                    data_offset=self.stream_offset + pos)
-            if end - pos - 4 < length:
-                break
-            try:
-                out.append(_decode_payload(bytes(buf[pos:pos + 4 + length]), 4))
-            except ProtocolError as exc:
-                exc.args = (f"{exc.args[0]} [frame at stream byte {self.stream_offset + pos}]",)
-                raise
-            pos += 4 + length
+        view = memoryview(buf)  # slices of it are copied once, into the header and the body
+        try:
+            while end - pos >= 4:
+                length = _UINT.unpack_from(buf, pos)[0]
+                if length + 4 > self._max or length < 4:
+                    raise ProtocolError(f"frame length {length} is outside "
+                                        f"[4, {self._max - 4}]", self.stream_offset + pos,
+                                        "stream", bytes(buf[pos:pos + 16]),
+                                        data_offset=self.stream_offset + pos)
+                if end - pos - 4 < length:
+                    break
+                try:
+                    out.append(_decode_payload(view[pos:pos + 4 + length], 4))
+                except ProtocolError as exc:
+                    exc.args = (f"{exc.args[0]} [frame at stream byte "
+                                f"{self.stream_offset + pos}]",)
+                    raise
+                pos += 4 + length
+        finally:
+            view.release()
         if pos:
             del buf[:pos]
             self.stream_offset += pos
