@@ -1,9 +1,10 @@
 """ACL request signing (RocketMQ ACL 1.0, also accepted by ACL 2.0 brokers).
 
 The signature is ``base64(HMAC-SHA1(secretKey, values of all ext fields sorted by key + body))``
-and travels as the ext field ``Signature`` next to ``AccessKey``. The secret stays inside
-:class:`Credentials`: no repr, str or error message shows it. Pickling keeps it (executors need
-it to sign), so a pickled reader is as sensitive as the options it came from.
+and travels as the ext field ``Signature`` next to ``AccessKey``. Both keys stay inside
+:class:`Credentials`: no repr, str or error message shows either (the access key goes on the
+wire, but never into logs, errors or plans). Pickling keeps them (executors need them to sign),
+so a pickled reader is as sensitive as the options it came from.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ UNSIGNED_FIELDS = frozenset({SIGNATURE, "_UNIQUE_KEY_QUERY"})
 
 
 class Credentials:
-    """An access key and its secret. Safe to log: ``repr`` shows the access key only."""
+    """An access key and its secret. Safe to log: ``repr`` shows neither."""
 
     __slots__ = ("access_key", "_secret", "security_token")
 
@@ -32,7 +33,7 @@ class Credentials:
         self.security_token = security_token
 
     def __repr__(self) -> str:
-        return f"Credentials(access_key={self.access_key!r}, secret_key=<hidden>)"
+        return "Credentials(access_key=<hidden>, secret_key=<hidden>)"
 
     __str__ = __repr__
 

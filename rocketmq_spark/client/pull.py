@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 from typing import Dict, Optional
 
@@ -117,9 +118,22 @@ def pull_result(response: RemotingCommand, request: str = "PULL_MESSAGE",
                             f"{exc}", None, "header") from None
 
 
+# Genuine ACL refusals quote the access key: 4.x ACL 1.0 says "Check signature failed for
+# accessKey=AK" and "No acl config for AK", 5.x ACL 2.0 "User:AK is not found". It is a
+# credential: errors and logs show it redacted.
+_ACCESS_KEY_IN_REMARK = re.compile(
+    r"(accessKey\s*[=:]\s*|No acl config for\s+|User\s*:\s*)[^\s,;:()\[\]]+", re.IGNORECASE)
+
+
+def redact_remark(remark: str) -> str:
+    """``remark`` with any access key a broker quoted in it replaced by ``<redacted>``."""
+    return _ACCESS_KEY_IN_REMARK.sub(r"\1<redacted>", remark)
+
+
 def response_error(response: RemotingCommand, request: str, address: str) -> ResponseError:
-    """The typed error for a failed response (ACL refusals become :class:`AuthError`)."""
-    remark = response.remark or ""
+    """The typed error for a failed response (ACL refusals become :class:`AuthError`); an access
+    key quoted in the broker's remark is redacted."""
+    remark = redact_remark(response.remark or "")
     lowered = remark.lower()
     if response.code == ResponseCode.NO_PERMISSION or (
             response.code == ResponseCode.SYSTEM_ERROR

@@ -29,8 +29,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .broker import BrokerClient
-from .errors import DataLossError, RocketMQError, RouteNotFound
+from .errors import DataLossError, MessageDecodeError, RocketMQError, RouteNotFound
 from .protocol.columns import decode_columns
+from .protocol.message import MIN_RECORD_SIZE
 from .protocol.properties import split_tags_expression
 from .protocol.route import MessageQueue
 from .pull import PullRequest, PullResult, PullStatus, is_transient
@@ -131,6 +132,7 @@ class QueueRangeReader:
         step = max(1, s.max_msg_nums)
         inflight: Dict[int, tuple] = {}
         bodies: List[bytes] = []
+        firsts: List[int] = []  # the offset each body's pull started at
         buffered = 0
         buffered_msgs = 0
         failures_since = None
@@ -183,8 +185,10 @@ class QueueRangeReader:
                 if nxt <= offset:
                     raise RocketMQError(f"broker answered FOUND for {self.queue.key} at {offset} "
                                         f"with nextBeginOffset {nxt}; refusing to loop")
-                bodies.append(result.body)
-                buffered += len(result.body)
+                body = self._trim(result.body) if nxt > self.end else result.body
+                bodies.append(body)
+                firsts.append(offset)
+                buffered += len(body)
                 buffered_msgs += min(nxt, self.end) - offset
                 offset = nxt
             elif status is PullStatus.NO_MATCHED_MSG:
@@ -221,15 +225,74 @@ class QueueRangeReader:
                 del inflight[stale]  # answers for skipped offsets are dropped on arrival
             if bodies and (buffered >= s.batch_max_bytes or buffered_msgs >= s.batch_max_messages
                            or offset >= self.end):
-                batch = self._decode(bodies)
-                bodies, buffered, buffered_msgs = [], 0, 0
+                batch = self._decode(bodies, firsts)
+                bodies, firsts, buffered, buffered_msgs = [], [], 0, 0
                 if batch.num_rows:
                     yield batch
 
-    def _decode(self, bodies: List[bytes]) -> pa.RecordBatch:
+    def _corrupt(self, bodies: List[bytes], firsts: List[int], exc: MessageDecodeError
+                 ) -> MessageDecodeError:
+        """The decoder's error, told in the queue's terms: which queue, which offset, and
+        where in the broker's answer (a bad record is never skipped, whatever
+        failOnDataLoss says: it is not lost, it is wrong)."""
+        position, pull_start, pull_body = exc.position or 0, firsts[0], bodies[0]
+        for first, body in zip(firsts, bodies):
+            pull_start, pull_body = first, body
+            if position < len(body):
+                break
+            position -= len(body)
+        offset = exc.queue_offset
+        if offset is None and exc.position is not None:
+            offset = self._offset_at(pull_body, position, pull_start)
+        where = f"offset {offset}" if offset is not None else f"the pull from offset {pull_start}"
+        error = MessageDecodeError(f"corrupt message in queue {self.queue.key} at {where} "
+                                   f"(byte {position} of the broker's answer): {exc.args[0]}")
+        error.queue, error.queue_offset, error.position = self.queue, offset, position
+        return error
+
+    def _trim(self, body):
+        """The records of a pull's body below the range's end. A pull may run past the end
+        (the broker answers up to maxMsgNums messages): a damaged message there is not part of
+        this range and must not fail it. Only the records' size and offset fields are read;
+        one that cannot be walked is left for the decoder to report."""
+        pos, n = 0, len(body)
+        while pos + 28 <= n:
+            if int.from_bytes(body[pos + 20:pos + 28], "big", signed=True) >= self.end:
+                return body[:pos]
+            total = int.from_bytes(body[pos:pos + 4], "big", signed=True)
+            if total < MIN_RECORD_SIZE:
+                break
+            pos += total
+        return body
+
+    def _offset_at(self, body, position: int, pull_start: int) -> Optional[int]:
+        """The queue offset of the record holding byte ``position`` of one pull's body, for a
+        fault the decoder found before it could read the offset (bad size or magic). The
+        records before it are valid: an unfiltered pull holds consecutive offsets, so it is
+        the one after the last valid record; a filtered pull skips offsets, so there only the
+        damaged record's own offset field is taken, and only if it lies after that record."""
+        start, previous = 0, pull_start - 1
+        while start + 28 <= len(body):
+            total = int.from_bytes(body[start:start + 4], "big", signed=True)
+            if total <= 0 or start + total > position:
+                break
+            previous = int.from_bytes(body[start + 20:start + 28], "big", signed=True)
+            start += total
+        if not self.tags:
+            return previous + 1
+        if start + 28 <= len(body):
+            claimed = int.from_bytes(body[start + 20:start + 28], "big", signed=True)
+            if previous < claimed < self.end:
+                return claimed
+        return None
+
+    def _decode(self, bodies: List[bytes], firsts: List[int]) -> pa.RecordBatch:
         s = self.settings
-        batch = decode_columns(join(bodies), verify_crc=s.verify_crc,
-                               properties=s.properties, offset_ids=s.offset_ids)
+        try:
+            batch = decode_columns(join(bodies), verify_crc=s.verify_crc,
+                                   properties=s.properties, offset_ids=s.offset_ids)
+        except MessageDecodeError as exc:
+            raise self._corrupt(bodies, firsts, exc) from None
         offsets = batch.column("queue_offset")
         if batch.num_rows and offsets[-1].as_py() >= self.end:
             batch = batch.filter(pc.less(offsets, self.end))

@@ -114,6 +114,7 @@ class EmbeddedCluster:
                 self._cert_dir = Path(tls_cert).parent
             self.tls_settings = TlsSettings(tls, tls_cert, tls_key)
         self.faults = FaultInjector()
+        self._originals: Dict[tuple, bytes] = {}  # records damaged by corrupt(), for repair()
         self.namesrv = NameServer(self.options.cluster_name, self.options.version)
         self._namesrv_server = RemotingServer(NAMESRV, self.namesrv, host=host, port=namesrv_port,
                                               tls=self.tls_settings, faults=self.faults,
@@ -354,6 +355,65 @@ class EmbeddedCluster:
         return self._call(put)
 
     # ---------------------------------------------------------------- faults
+
+    CORRUPT_FIELDS = ("crc", "magic", "size", "body", "properties")
+
+    def corrupt(self, topic: str, broker_name: str, queue_id: int, offset: int,
+                field: str = "crc") -> None:
+        """Damage the stored record of one message in place, so the broker serves bad bytes
+        for it (a disk or memory fault), until :meth:`repair` or retention drops it.
+
+        ``field``: "crc" changes the stored body CRC, "magic" the magic code, "size" makes
+        totalSize overrun the record, "body" flips a bit of the body (caught by the CRC check,
+        not with verifyCrc=false), "properties" makes the properties invalid UTF-8. The record
+        keeps its length and the consume queue its extent, as on a genuine broker. Memory only:
+        the commit log file of a ``data_dir`` keeps the good record (a restart repairs it).
+        """
+        if field not in self.CORRUPT_FIELDS:
+            raise ValueError(f"field must be one of {self.CORRUPT_FIELDS}, got {field!r}")
+        b = self._broker(broker_name)
+
+        def damage():
+            from ..client.protocol.message import record_layout
+
+            q = b.store.existing_queue(topic, queue_id)
+            if q is None:
+                raise KeyError(f"{broker_name} has no queue {topic}/{queue_id}")
+            rec = bytearray(q.record(offset))
+            (total, _magic, _sys_flag, _born, _store, body_pos, body_len, _topic_pos, _topic_len,
+             props_pos, props_len) = record_layout(rec, 0, len(rec))
+            if field == "crc":
+                rec[8:12] = (int.from_bytes(rec[8:12], "big") ^ 0x5A5A5A5A).to_bytes(4, "big")
+            elif field == "magic":
+                rec[4:8] = b"\xde\xad\xbe\xef"
+            elif field == "size":
+                rec[0:4] = (total + 0x01000000).to_bytes(4, "big")
+            elif field == "body":
+                if not body_len:
+                    raise ValueError(f"message {offset} has an empty body")
+                rec[body_pos] ^= 0x01
+            else:
+                if not props_len:
+                    raise ValueError(f"message {offset} has no properties")
+                rec[props_pos] = 0xFF  # never valid in UTF-8
+            key = (broker_name, topic, queue_id, offset)
+            old = q.overwrite(offset, bytes(rec))
+            self._originals.setdefault(key, old)
+        self._call(damage)
+
+    def repair(self, topic: str, broker_name: str, queue_id: int, offset: int) -> None:
+        """Put back the record that :meth:`corrupt` damaged (if retention has not dropped it)."""
+        b = self._broker(broker_name)
+
+        def fix():
+            original = self._originals.pop((broker_name, topic, queue_id, offset), None)
+            if original is None:
+                raise KeyError(f"message {topic}/{broker_name}/{queue_id} at {offset} was not "
+                               "corrupted")
+            q = b.store.existing_queue(topic, queue_id)
+            if q is not None and q.min_offset <= offset < q.max_offset:
+                q.overwrite(offset, original)
+        self._call(fix)
 
     def drop_connections(self) -> None:
         """Close every client connection on every server (listeners stay up)."""

@@ -154,6 +154,23 @@ class ConsumeQueue:
         base = self._buf_start
         return bytes(self._buf[self._start_of(i) - base:self._ends[i] - base])
 
+    def overwrite(self, offset: int, record: bytes) -> bytes:
+        """Replace the stored bytes of the record at ``offset`` with ``record`` of the same
+        length and return the previous bytes (fault injection: pulls serve the new bytes as
+        they are, and the record's extent stays what the consume queue says, as on a genuine
+        broker whose commit log went bad)."""
+        i = offset - self._first
+        if not 0 <= i < len(self._ends):
+            raise IndexError(offset)
+        base = self._buf_start
+        start, end = self._start_of(i) - base, self._ends[i] - base
+        if len(record) != end - start:
+            raise ValueError(f"record at offset {offset} is {end - start} bytes, not "
+                             f"{len(record)}")
+        old = bytes(self._buf[start:end])
+        self._buf[start:end] = record
+        return old
+
     def store_time(self, offset: int) -> Optional[int]:
         i = offset - self._first
         return self._times[i] if 0 <= i < len(self._times) else None

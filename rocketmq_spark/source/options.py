@@ -107,9 +107,9 @@ class SourceOptions:
         return split_tags_expression(self.filter)
 
     def __repr__(self) -> str:
+        # Neither key is shown (the access key is a credential too): only whether they are set.
         shown = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items() if k != "credentials")
-        access = self.credentials.access_key if self.credentials else None
-        return f"SourceOptions({shown}, accessKey={access!r})"
+        return f"SourceOptions({shown}, credentials={'<set>' if self.credentials else None})"
 
 
 # ----------------------------------------------------------------------------------- parsing

@@ -48,7 +48,16 @@ def _property(props: pa.Array, name: str) -> pa.Array:
 _HEX = np.frombuffer(b"".join(f"{i:02X}".encode() for i in range(256)), dtype=np.uint16)
 
 
-def walk(body, end: Optional[int] = None) -> np.ndarray:
+def first_fault(body, end: int, verify_crc: bool) -> None:
+    """Raise the error of the first bad record, checking the records in order, each for its
+    layout, then its CRC, then its UTF-8, as the C decoder does (so both name the same record).
+    Only called once a fault is known to exist; returns if it finds none."""
+    pos = 0
+    while pos < end:
+        _, pos = M.decode_message(body, pos, end, verify_crc=verify_crc, decompress=False)
+
+
+def walk(body, end: Optional[int] = None, verify_crc: bool = True) -> np.ndarray:
     """Start positions of the records in ``body``; checks only that each totalSize fits."""
     end = len(body) if end is None else end
     starts: List[int] = []
@@ -65,8 +74,8 @@ def walk(body, end: Optional[int] = None) -> np.ndarray:
     except struct.error:
         pass
     if pos != end:
-        # Let the scalar decoder name the fault precisely.
-        M.record_layout(body, starts[-1], end)
+        # Let the scalar decoder name the first fault precisely.
+        first_fault(body, end, verify_crc)
         raise MessageDecodeError("records do not end at the end of the body", starts[-1], body)
     return np.array(starts, dtype=np.int64)
 
@@ -133,7 +142,7 @@ def _hex_ids(u8: np.ndarray, host_pos: np.ndarray, host_len: np.ndarray,
 def decode(data: bytes, verify_crc: bool) -> pa.RecordBatch:
     """The pure-Python twin of the C accelerator (numpy and Arrow do the per-row work)."""
     end = len(data)
-    starts = walk(data, end)
+    starts = walk(data, end, verify_crc)
     n = len(starts)
     u8 = np.frombuffer(data, dtype=np.uint8)
     buf = pa.py_buffer(data)
@@ -161,8 +170,9 @@ def decode(data: bytes, verify_crc: bool) -> pa.RecordBatch:
 
     def bad(mask: np.ndarray) -> None:
         if mask.any():
+            # An earlier record may have another fault (found by a later check here).
+            first_fault(data, end, verify_crc)
             i = int(np.argmax(mask))
-            M.record_layout(data, int(starts[i]), end, int(queue_offset[i]))
             raise MessageDecodeError("record fails validation", int(starts[i]), data,
                                      int(queue_offset[i]))
 
@@ -188,6 +198,7 @@ def decode(data: bytes, verify_crc: bool) -> pa.RecordBatch:
         crc32 = zlib.crc32
         for i, (s, e, c) in enumerate(zip(body_pos.tolist(), body_end.tolist(), crc.tolist())):
             if crc32(view[s:e]) & 0x7FFFFFFF != c:
+                first_fault(data, end, verify_crc)  # an earlier record may be bad UTF-8
                 raise MessageDecodeError(
                     f"body CRC mismatch: stored {c:#010x}, computed "
                     f"{crc32(view[s:e]) & 0x7FFFFFFF:#010x}", int(starts[i]) + 8, data,
@@ -198,12 +209,8 @@ def decode(data: bytes, verify_crc: bool) -> pa.RecordBatch:
         topics = _slices(buf, topic_pos, topic_end, n).cast(pa.string())
         props = _slices(buf, props_pos, props_pos + props_len, n).cast(pa.string())
     except pa.ArrowInvalid:
-        for i in range(n):
-            try:
-                data[topic_pos[i]:props_pos[i] + props_len[i]].decode("utf-8")
-            except UnicodeDecodeError:
-                raise MessageDecodeError("topic or properties are not UTF-8", int(topic_pos[i]),
-                                         data, int(queue_offset[i])) from None
+        # Decode topic and properties apart (the length between them need not be UTF-8).
+        first_fault(data, end, verify_crc)
         raise
 
     tags = _property(props, "TAGS")

@@ -110,7 +110,7 @@ class TopicRouteData:
                              for q in obj.get("queueDatas") or []],
                 broker_datas=[_broker_from_json(b) for b in obj.get("brokerDatas") or []],
                 order_topic_conf=obj.get("orderTopicConf"))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as exc:
             raise ProtocolError(f"route JSON lacks or mistypes a field: {exc!r}", 0, "route body",
                                 data) from None
 
@@ -156,7 +156,7 @@ class ClusterInfo:
                                    (obj.get("brokerAddrTable") or {}).items()},
                 cluster_addr_table={c: list(names) for c, names in
                                     (obj.get("clusterAddrTable") or {}).items()})
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as exc:
             raise ProtocolError(f"cluster JSON lacks or mistypes a field: {exc!r}", 0,
                                 "cluster body", data) from None
 

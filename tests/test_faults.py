@@ -1,0 +1,498 @@
+"""Exactly-once under faults: a checkpointed pipeline (tests/fault_pipeline.py, in a process of
+its own) reads uniquely numbered messages from several topics on 2 brokers into two
+exactly-once sinks while the test kills its driver, fails its tasks, stops brokers and the name
+server, truncates queues, grows topics and moves the consumer group. Afterwards both sinks must
+hold every message exactly once, in queue order within each queue.
+
+CI runs the driver-kill, task-failure and broker-restart scenarios (the first and last on
+``local-cluster[2,1,1024]``: executors in their own JVMs and Python workers); the others are
+marked ``slow`` (``ci/test.sh -m slow``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+from rocketmq_spark.client import Message, Producer
+from rocketmq_spark.client.admin import Admin
+from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
+
+PIPELINE = Path(__file__).resolve().parent / "fault_pipeline.py"
+LOCAL_CLUSTER = "local-cluster[2,1,1024]"
+N = 20_000
+TOPICS = ("FaultA", "FaultB", "FaultC")
+
+
+# ------------------------------------------------------------------------------ harness
+
+
+class Pipeline:
+    """The pipeline process: start it, kill it, let it drain; its JSON events are kept."""
+
+    def __init__(self, namesrv: str, work: Path, master: str = "local[2]", *extra: str):
+        self.namesrv, self.work, self.master, self.extra = namesrv, work, master, list(extra)
+        self.stop_file = work / "stop"
+        self.events: List[dict] = []
+        self.proc: Optional[subprocess.Popen] = None
+        self.starts = 0
+        self.mark = 0
+
+    def start(self, mode: str = "run", timeout: float = 120) -> None:
+        self.stop_file.unlink(missing_ok=True)
+        self.mark = len(self.events)  # waits look at this run's events only
+        self.proc = subprocess.Popen(
+            [sys.executable, str(PIPELINE), "--namesrv", self.namesrv, "--topics",
+             ",".join(TOPICS), "--work", str(self.work), "--master", self.master, "--mode",
+             mode, "--stop-file", str(self.stop_file), *self.extra],
+            stdout=subprocess.PIPE, stderr=open(self.work / f"stderr-{self.starts}.log", "w"),
+            text=True, start_new_session=True)
+        self.starts += 1
+        threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
+        self.wait_for(lambda e: e["event"] == "ready", timeout, "the pipeline to start")
+
+    def _read(self, proc) -> None:
+        for line in proc.stdout:
+            try:
+                self.events.append(json.loads(line))
+            except ValueError:
+                pass
+
+    def wait_for(self, match, timeout: float, what: str) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for event in self.events[self.mark:]:
+                if event["event"] == "failed":
+                    raise AssertionError(f"the pipeline failed: {event}")
+                if match(event):
+                    return event
+            if self.proc.poll() is not None and not any(
+                    match(e) for e in self.events[self.mark:]):
+                raise AssertionError(f"the pipeline exited ({self.proc.returncode}) before "
+                                     f"{what}; see {self.work}/stderr-*.log")
+            time.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    def ready(self) -> dict:
+        return [e for e in self.events if e["event"] == "ready"][-1]
+
+    def jvm_pid(self) -> int:
+        return [e for e in self.events if e["event"] == "ready"][-1]["jvm_pid"]
+
+    def kill(self) -> None:
+        """SIGKILL the Spark driver JVM, then whatever is left of the process group."""
+        os.kill(self.jvm_pid(), signal.SIGKILL)
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(30)
+        self.events.append({"event": "killed"})
+
+    def drain(self, timeout: float = 600) -> None:
+        """Ask the running pipeline to stop and read what is left (Trigger.AvailableNow)."""
+        self.stop_file.touch()
+        self.wait_for(lambda e: e["event"] == "drained", timeout, "the drain")
+        assert self.proc.wait(60) == 0
+
+    def mid_batch(self) -> bool:
+        """A batch is planned in the offset log and not yet in the commit log."""
+        def last(folder: str) -> int:
+            path = self.work / "cp-file" / folder
+            ids = [int(p.name) for p in path.iterdir() if p.name.isdigit()] if path.exists() \
+                else []
+            return max(ids, default=-1)
+        return last("offsets") > last("commits") >= 0
+
+
+class Feeder:
+    """Sends messages numbered 0..n-1 (key = number) to the topics in batches of 100, in the
+    background; every send must succeed, so each number is stored exactly once."""
+
+    def __init__(self, namesrv: str, n: int = N, rate: float = 2000.0):
+        self.namesrv, self.n, self.rate = namesrv, n, rate
+        self.sent = 0
+        self.error: Optional[BaseException] = None
+        self.queues_only = None  # a callable picking allowed queues (broker outages)
+        self.pause_at: Optional[int] = None  # hold there until resume is set
+        self.resume = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "Feeder":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            with Producer(self.namesrv) as producer:
+                next_at = time.monotonic()
+                for chunk, start in enumerate(range(0, self.n, 100)):
+                    if self.pause_at is not None and start >= self.pause_at:
+                        self.resume.wait(300)
+                        next_at = time.monotonic()
+                    topic = TOPICS[chunk % len(TOPICS)]
+                    msgs = [Message(topic, f"fault-{i}".encode(), keys=str(i))
+                            for i in range(start, min(start + 100, self.n))]
+                    queue = None
+                    if self.queues_only is not None:
+                        allowed = [q for q in producer.queues(topic, refresh=True)
+                                   if self.queues_only(q)]
+                        queue = allowed[chunk % len(allowed)]
+                    producer.send_batch(msgs, queue=queue)
+                    self.sent = start + len(msgs)
+                    next_at += len(msgs) / self.rate
+                    time.sleep(max(0.0, next_at - time.monotonic()))
+        except BaseException as exc:  # surfaced by join()
+            self.error = exc
+
+    def join(self, timeout: float = 300) -> None:
+        self._thread.join(timeout)
+        if self.error is not None:
+            raise AssertionError(f"the producer failed: {self.error!r}")
+        assert self.sent == self.n
+
+
+@pytest.fixture
+def cluster(embedded_cluster):
+    for topic in TOPICS:
+        embedded_cluster.create_topic(topic, queues=4)
+    return embedded_cluster
+
+
+# ------------------------------------------------------------------------------ checks
+
+
+def read_sinks(spark, work: Path):
+    columns = ["topic", "brokerName", "queueId", "queueOffset", "keys"]
+    file_rows = spark.read.parquet(str(work / "file")).select(*columns).collect()
+    batch_rows = spark.read.parquet(str(work / "batches")).select(*columns, "batch").collect()
+    return file_rows, batch_rows
+
+
+def assert_exactly_once_in_queue_order(rows, n: int, what: str) -> None:
+    keys = [int(r["keys"]) for r in rows]
+    assert len(keys) == n, f"{what}: {len(keys)} rows for {n} messages"
+    assert sorted(keys) == list(range(n)), f"{what}: messages missing or duplicated"
+    per_queue = defaultdict(list)
+    for r in rows:
+        per_queue[(r["topic"], r["brokerName"], r["queueId"])].append(
+            (r["queueOffset"], int(r["keys"])))
+    for queue, items in per_queue.items():
+        items.sort()
+        assert [o for o, _ in items] == list(range(len(items))), f"{what}: gap in {queue}"
+        numbers = [k for _, k in items]
+        assert numbers == sorted(numbers), f"{what}: {queue} out of producer order"
+
+
+def assert_batches_in_queue_order(rows, what: str) -> None:
+    """Within a queue, a later batch id holds only later offsets."""
+    ranges = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        ranges[(r["topic"], r["brokerName"], r["queueId"])][r["batch"]].append(r["queueOffset"])
+    for queue, by_batch in ranges.items():
+        spans = [(b, min(o), max(o)) for b, o in sorted(by_batch.items())]
+        for (_, _, hi), (_, lo, _) in zip(spans, spans[1:]):
+            assert hi < lo, f"{what}: batches of {queue} overlap or go back: {spans}"
+
+
+def verify(spark, work: Path, n: int = N) -> None:
+    file_rows, batch_rows = read_sinks(spark, work)
+    assert_exactly_once_in_queue_order(file_rows, n, "file sink")
+    assert_exactly_once_in_queue_order(batch_rows, n, "foreachBatch sink")
+    assert_batches_in_queue_order(batch_rows, "foreachBatch sink")
+
+
+def committed_batches(checkpoint: Path) -> Dict[int, dict]:
+    """End offsets of the batches in the commit log, from the offset log."""
+    out = {}
+    for path in (checkpoint / "offsets").iterdir():
+        if path.name.isdigit() and (checkpoint / "commits" / path.name).exists():
+            out[int(path.name)] = json.loads(path.read_text().splitlines()[-1])
+    return out
+
+
+def replay_audit(spark, namesrv: str, work: Path, batches: int = 5) -> int:
+    """Re-read committed batches' ranges with spark.read and compare them, by hash, with what
+    the foreachBatch sink holds for those batch ids."""
+    ends = committed_batches(work / "cp-batches")
+    audited = 0
+    for batch_id in sorted(ends)[1:][-batches:]:
+        start, end = ends.get(batch_id - 1), ends[batch_id]
+        if start is None or start == end:
+            continue
+        again = (spark.read.format("rocketmq").option("nameServer", namesrv)
+                 .option("subscribe", ",".join(TOPICS))
+                 .option("startingOffsets", json.dumps(start))
+                 .option("endingOffsets", json.dumps(end)).load()
+                 .select("topic", "brokerName", "queueId", "queueOffset", "keys", "body",
+                         "msgId").collect())
+        stored = spark.read.parquet(str(work / "batches" / f"batch={batch_id:09d}")).select(
+            "topic", "brokerName", "queueId", "queueOffset", "keys", "body", "msgId").collect()
+
+        def digest(rows) -> str:
+            return hashlib.sha256(repr(sorted(tuple(r) for r in rows)).encode()).hexdigest()
+
+        assert digest(again) == digest(stored), f"batch {batch_id} replays differently"
+        audited += 1
+    return audited
+
+
+# ------------------------------------------------------------------------------ scenarios
+
+
+@pytest.mark.timeout(900)
+def test_driver_sigkill_mid_batch_several_times_on_local_cluster(spark, cluster, tmp_path):
+    pipeline = Pipeline(cluster.namesrv_addr, tmp_path, LOCAL_CLUSTER, "--max-per-trigger",
+                        "3000")
+    feeder = Feeder(cluster.namesrv_addr, rate=1500).start()
+    pipeline.start()
+    kills = 0
+    for _ in range(3):
+        pipeline.wait_for(lambda e: e["event"] == "progress" and e["rows"] > 0, 180,
+                          "a batch with rows")
+        deadline = time.monotonic() + 60
+        while not pipeline.mid_batch() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        pipeline.kill()
+        kills += 1
+        pipeline.start()
+    feeder.join()
+    pipeline.drain()
+    verify(spark, tmp_path)
+    assert kills == 3 and pipeline.starts == 4
+    assert pipeline.ready()["executors"] == 2  # executors in JVMs of their own
+    assert replay_audit(spark, cluster.namesrv_addr, tmp_path) >= 3
+
+
+@pytest.mark.timeout(600)
+def test_task_failures_are_retried_without_loss_or_duplicates(spark, cluster, tmp_path):
+    pipeline = Pipeline(cluster.namesrv_addr, tmp_path, "local[2,4]", "--max-per-trigger",
+                        "4000")
+    feeder = Feeder(cluster.namesrv_addr, rate=1000).start()  # reads go on for ~20 s
+    pipeline.start()
+    pipeline.wait_for(lambda e: e["event"] == "progress" and e["rows"] > 0, 120, "progress")
+    # An exception inside read(): the broker refuses pulls with an error nothing retries.
+    cluster.fail_next(3, ResponseCode.NO_PERMISSION, "the topic is not readable now",
+                      request_codes=[RequestCode.PULL_MESSAGE])
+    # A killed Python worker inside read(): busy workers are killed until a task has failed
+    # because of it (Spark logs the crash) and been retried.
+    log = tmp_path / "stderr-0.log"
+    killed = 0
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and "Python worker exited unexpectedly" not in \
+            log.read_text():
+        busy = busy_python_workers(pipeline.proc.pid)
+        if busy:
+            os.kill(busy[0], signal.SIGKILL)
+            killed += 1
+            time.sleep(1.0)
+    assert killed >= 1, "no Python worker was reading to kill"
+    feeder.join()
+    pipeline.drain()
+    verify(spark, tmp_path)
+    assert not any(e["event"] == "failed" for e in pipeline.events)
+    logs = (tmp_path / "stderr-0.log").read_text()
+    assert "NO_PERMISSION" in logs, "the broker's refusal failed a task (then retried)"
+    assert "Python worker exited unexpectedly" in logs, "a killed worker failed a task"
+
+
+def cpu_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def busy_python_workers(root_pid: int, window: float = 0.1) -> List[int]:
+    """Python workers under ``root_pid`` that used CPU during ``window`` seconds."""
+    before = {}
+    for pid in python_workers(root_pid):
+        try:
+            before[pid] = cpu_ticks(pid)
+        except OSError:
+            pass
+    time.sleep(window)
+    busy = []
+    for pid, ticks in before.items():
+        try:
+            if cpu_ticks(pid) > ticks:
+                busy.append(pid)
+        except OSError:
+            pass
+    return busy
+
+
+def python_workers(root_pid: int) -> List[int]:
+    """Forked Python workers (children of a pyspark.daemon pyspark.worker process) under
+    ``root_pid``."""
+    children = defaultdict(list)
+    cmdline = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmdline[int(entry)] = fh.read()
+        except OSError:
+            continue
+        children[ppid].append(int(entry))
+    found, stack = [], [root_pid]
+    while stack:
+        pid = stack.pop()
+        for child in children.get(pid, []):
+            stack.append(child)
+            parent = cmdline.get(pid, b"")
+            if b"pyspark.daemon" in parent and b"pyspark.worker" in parent:
+                found.append(child)
+    return found
+
+
+@pytest.mark.timeout(900)
+def test_broker_stopped_for_30_seconds_mid_stream_on_local_cluster(spark, cluster, tmp_path):
+    pipeline = Pipeline(cluster.namesrv_addr, tmp_path, LOCAL_CLUSTER, "--max-per-trigger",
+                        "3000")
+    feeder = Feeder(cluster.namesrv_addr, rate=600).start()
+    pipeline.start()
+    pipeline.wait_for(lambda e: e["event"] == "progress" and e["rows"] > 0, 180, "progress")
+    feeder.queues_only = lambda q: q.broker_name == "broker-b"
+    time.sleep(1.0)  # sends in flight to broker-a finish first
+    cluster.broker("broker-a").stop()
+    stopped = time.monotonic()
+    time.sleep(30)
+    cluster.broker("broker-a").start()
+    feeder.queues_only = None
+    outage = time.monotonic() - stopped
+    feeder.join()
+    pipeline.drain()
+    verify(spark, tmp_path)
+    assert outage >= 30
+    assert pipeline.starts == 1, "the query rode the outage out without a restart"
+    assert pipeline.ready()["executors"] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_broker_gone_for_a_while_then_restart_from_checkpoint(spark, cluster, tmp_path):
+    pipeline = Pipeline(cluster.namesrv_addr, tmp_path, "local[2]")
+    feeder = Feeder(cluster.namesrv_addr, rate=4000)
+    feeder.queues_only = lambda q: q.broker_name == "broker-b" or sent_before_outage()
+    sent_before_outage = lambda: feeder.sent < N // 4  # noqa: E731
+    feeder.start()
+    pipeline.start()
+    pipeline.wait_for(lambda e: e["event"] == "progress" and e["rows"] > 0, 120, "progress")
+    while feeder.sent < N // 4:
+        time.sleep(0.05)
+    time.sleep(1.0)
+    cluster.broker("broker-a").stop()      # gone, data kept
+    pipeline.drain()                       # the query ends while broker-a is away
+    feeder.join()
+    cluster.broker("broker-a").start()     # back later; the query restarts from its checkpoint
+    pipeline.start(mode="drain")
+    pipeline.wait_for(lambda e: e["event"] == "drained", 300, "the drain")
+    verify(spark, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_name_server_restart_mid_stream(spark, cluster, tmp_path):
+    pipeline = Pipeline(cluster.namesrv_addr, tmp_path, "local[2]")
+    feeder = Feeder(cluster.namesrv_addr, rate=1500).start()
+    pipeline.start()
+    pipeline.wait_for(lambda e: e["event"] == "progress" and e["rows"] > 0, 120, "progress")
+    cluster.stop_namesrv()
+    time.sleep(10)
+    cluster.start_namesrv()
+    feeder.join()
+    pipeline.drain()
+    verify(spark, tmp_path)
+    assert pipeline.starts == 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_retention_past_the_checkpoint(spark, cluster, tmp_path, fail_on_data_loss):
+    options = [] if fail_on_data_loss else ["--option", "failOnDataLoss=false"]
+    pipeline = Pipeline(cluster.namesrv_addr, tmp_path, "local[2]", *options)
+    Feeder(cluster.namesrv_addr, n=N // 2, rate=10_000).start().join()
+    pipeline.start(mode="drain")
+    pipeline.wait_for(lambda e: e["event"] == "drained", 300, "the first drain")
+    # The second half, then retention deletes 50 messages past the checkpoint of one queue.
+    with Producer(cluster.namesrv_addr) as rest:
+        for chunk, start in enumerate(range(N // 2, N, 100)):
+            topic = TOPICS[chunk % len(TOPICS)]
+            rest.send_batch([Message(topic, f"fault-{i}".encode(), keys=str(i))
+                             for i in range(start, min(start + 100, N))])
+    with Admin(cluster.namesrv_addr) as admin:
+        queue = admin.queues(TOPICS[0], refresh=True)[0]
+        checkpoint_end = json.loads(sorted(
+            (tmp_path / "cp-file" / "offsets").iterdir(),
+            key=lambda p: int(p.name) if p.name.isdigit() else -1)[-1].read_text()
+            .splitlines()[-1])[queue.key]
+    cluster.truncate(queue.topic, queue.broker_name, queue.queue_id, checkpoint_end + 50)
+    pipeline.start(mode="drain")
+    if fail_on_data_loss:
+        with pytest.raises(AssertionError) as err:
+            pipeline.wait_for(lambda e: e["event"] == "drained", 300, "the second drain")
+        text = str(err.value)
+        assert queue.key in text and f"[{checkpoint_end}, {checkpoint_end + 50})" in text
+        return
+    pipeline.wait_for(lambda e: e["event"] == "drained", 300, "the second drain")
+    file_rows, batch_rows = read_sinks(spark, tmp_path)
+    for rows in (file_rows, batch_rows):
+        keys = sorted(int(r["keys"]) for r in rows)
+        assert len(keys) == len(set(keys)) == N - 50
+    logs = "".join(p.read_text() for p in tmp_path.glob("stderr-*.log"))
+    assert f"skipped 50 lost messages of {queue.key}" in logs  # logged, with the count
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_topic_expanded_mid_stream(spark, cluster, tmp_path):
+    pipeline = Pipeline(cluster.namesrv_addr, tmp_path, "local[2]")
+    feeder = Feeder(cluster.namesrv_addr, rate=1500)
+    feeder.pause_at = N // 2
+    feeder.start()
+    pipeline.start()
+    pipeline.wait_for(lambda e: e["event"] == "progress" and e["rows"] > 0, 120, "progress")
+    while feeder.sent < N // 2:
+        time.sleep(0.05)
+    for topic in TOPICS:
+        cluster.add_queues(topic, 8)
+    feeder.queues_only = lambda q: q.queue_id >= 4  # the second half goes to the new queues
+    feeder.resume.set()
+    feeder.join()
+    pipeline.drain()
+    verify(spark, tmp_path)
+    rows, _ = read_sinks(spark, tmp_path)
+    fresh = [r for r in rows if r["queueId"] >= 4]
+    assert len(fresh) == N // 2 and min(r["queueOffset"] for r in fresh) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_consumer_group_reset_from_outside_does_not_move_the_query(spark, cluster, tmp_path):
+    pipeline = Pipeline(cluster.namesrv_addr, tmp_path, "local[2]", "--option",
+                        "consumerGroup=fault-group")
+    feeder = Feeder(cluster.namesrv_addr, rate=1500).start()
+    pipeline.start()
+    pipeline.wait_for(lambda e: e["event"] == "progress" and e["rows"] > 0, 120, "progress")
+    with Admin(cluster.namesrv_addr) as admin:
+        for _ in range(3):
+            queues = [q for t in TOPICS for q in admin.queues(t, refresh=True)]
+            assert admin.commit_offsets("fault-group", {q: 0 for q in queues}) == {}
+            time.sleep(2)
+    feeder.join()
+    pipeline.drain()
+    verify(spark, tmp_path)
