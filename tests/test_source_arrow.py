@@ -6,7 +6,6 @@ one-message-at-a-time decoder gives, and a real local Spark must accept and read
 from __future__ import annotations
 
 import datetime as dt
-import os
 import sys
 
 import pyarrow as pa

@@ -14,7 +14,7 @@ from .errors import ProtocolError, RocketMQError
 from .protocol.codes import DEFAULT_TOPIC, SEND_V2_KEYS, RequestCode, ResponseCode
 from .protocol.frame import RemotingCommand
 from .protocol.properties import java_string_hash, split_tags_expression
-from .protocol.route import MessageQueue
+from .protocol.route import MessageQueue, json_object
 from .pull import PullRequest, PullResult, pull_result, response_error
 from .remoting import RemotingClient
 
@@ -228,10 +228,8 @@ class BrokerClient:
             if "no consumer" in (r.remark or ""):
                 return []
             raise response_error(r, "GET_CONSUMER_LIST_BY_GROUP", address)
-        try:
-            return list(json.loads(r.body or b"{}").get("consumerIdList") or [])
-        except ValueError:
-            raise ProtocolError("consumer list body is not JSON", 0, "body", r.body) from None
+        return [str(c) for c in json_object(r.body, "consumer list").get("consumerIdList")
+                or []]
 
     # ------------------------------------------------------------------ sending
 

@@ -1,11 +1,10 @@
 """Name server lookups with failover between addresses and a route cache."""
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Callable, Dict, List, Sequence, Tuple, TypeVar, Union
 
 from .config import parse_name_servers
 from .errors import (
@@ -13,7 +12,7 @@ from .errors import (
 )
 from .protocol.codes import RequestCode, ResponseCode
 from .protocol.frame import RemotingCommand
-from .protocol.route import ClusterInfo, TopicRouteData
+from .protocol.route import ClusterInfo, TopicRouteData, json_object
 from .pull import response_error
 from .remoting import RemotingClient
 
@@ -111,10 +110,8 @@ class NameServerClient:
         def handle(r: RemotingCommand, address: str) -> List[str]:
             if r.code != ResponseCode.SUCCESS:
                 raise response_error(r, "GET_ALL_TOPIC_LIST_FROM_NAMESERVER", address)
-            try:
-                return sorted(json.loads(r.body or b"{}").get("topicList") or [])
-            except ValueError:
-                raise ProtocolError("topic list body is not JSON", 0, "body", r.body) from None
+            return sorted(str(t) for t in json_object(r.body, "topic list").get(
+                "topicList") or [])
 
         return self._ask(lambda: RemotingCommand(
             code=RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), "topic list", handle)

@@ -34,7 +34,7 @@ from .protocol.columns import decode_columns
 from .protocol.message import MIN_RECORD_SIZE
 from .protocol.properties import split_tags_expression
 from .protocol.route import MessageQueue
-from .pull import PullRequest, PullResult, PullStatus, is_transient
+from .pull import PullRequest, PullStatus, is_transient
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ def client_config(options: SourceOptions) -> ClientConfig:
 
 
 def _key(options: SourceOptions) -> tuple:
-    # The secret takes part only as a digest, so the key can be logged or compared safely.
+    # The secret takes part only as a digest. The key holds the access key: never log it.
     secret = ""
     if options.credentials is not None:
         secret = hashlib.sha256(options.credentials.signature(b"pool").encode()).hexdigest()

@@ -11,10 +11,10 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Mapping, Optional, Set
+from typing import Dict, Iterable, List, Optional, Set
 
 from ..client.admin import Admin
-from ..client.errors import RocketMQError, RouteNotFound
+from ..client.errors import AuthError, RocketMQError, RouteNotFound
 from ..client.protocol.route import MessageQueue
 from ..client.pull import PullRequest, PullStatus
 from .options import EARLIEST, LATEST, Bound, OptionError, SourceOptions
@@ -188,6 +188,8 @@ class OffsetReader:
         failed = {mq: r for mq, r in results.items() if isinstance(r, RocketMQError)}
         if failed:
             mq, error = sorted(failed.items())[0]
+            if isinstance(error, AuthError):
+                raise error  # keep the type: wrong credentials are not a passing fault
             raise RocketMQError(f"cannot resolve the {kind} offsets of {len(failed)} queue(s), "
                                 f"e.g. {mq.key}: {error}")
         if not allow_none and any(v is None for v in results.values()):

@@ -298,3 +298,17 @@ def split_address(addr: str) -> Tuple[str, int]:
     if not sep or not port.isdigit():
         raise ValueError(f"address {addr!r} is not host:port")
     return host.strip("[]"), int(port)
+
+
+def json_object(body: bytes, what: str) -> dict:
+    """A reply body that must be a JSON object (``{}`` when empty); anything else is a
+    :class:`ProtocolError` naming ``what``."""
+    if not body:
+        return {}
+    try:
+        obj = loads_lenient(body)
+    except ProtocolError:
+        raise ProtocolError(f"{what} body is not JSON", 0, f"{what} body", body) from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(f"{what} body is not a JSON object", 0, f"{what} body", body)
+    return obj
