@@ -78,12 +78,24 @@ def main() -> int:
     def write_batch(batch, batch_id):
         batch.write.mode("overwrite").parquet(os.path.join(batches_dir, f"batch={batch_id:09d}"))
 
+    def sources_initialised(query) -> None:
+        """Wait until ``query`` has built its sources. Spark 4.x's Python streaming source runner
+        writes into a map shared by every query on the same Python data source, with no lock;
+        two queries initialising at the same instant can corrupt it, and every later task then
+        fails to serialize ("Illegal size 5 of collection, expected 7")."""
+        deadline = time.monotonic() + 120
+        while query.isActive and time.monotonic() < deadline:
+            if not query.status["message"].startswith("Initializing"):
+                return
+            time.sleep(0.05)
+
     def start(available_now: bool):
         trigger = {"availableNow": True} if available_now else {"processingTime": "0 seconds"}
         file_query = (source().writeStream.format("parquet")
                       .option("path", os.path.join(args.work, "file"))
                       .option("checkpointLocation", os.path.join(args.work, "cp-file"))
                       .trigger(**trigger).start())
+        sources_initialised(file_query)
         batch_query = (source().writeStream.foreachBatch(write_batch)
                        .option("checkpointLocation", os.path.join(args.work, "cp-batches"))
                        .trigger(**trigger).start())
