@@ -221,11 +221,15 @@ def test_every_pull_status(cluster, admin, producer):
 def test_long_poll_wakes_up_when_a_message_arrives(cluster, admin, producer):
     admin.create_topic("PollTopic", queues=1, brokers=["broker-a"])
     mq = admin.queues("PollTopic")[0]
-    threading.Timer(0.3, lambda: producer.send(Message("PollTopic", b"late"), queue=mq)).start()
+    sent = []
+    late = threading.Timer(0.3, lambda: sent.append(
+        producer.send(Message("PollTopic", b"late"), queue=mq)))
+    late.start()
     started = time.monotonic()
     result = pull(admin, mq, 0, suspend_timeout_ms=10_000)
     waited = time.monotonic() - started
-    assert result.status is PullStatus.FOUND
+    late.join(10)  # the send's reply may land after the pull's: keep the producer open for it
+    assert result.status is PullStatus.FOUND and len(sent) == 1
     assert 0.2 < waited < 5
 
 

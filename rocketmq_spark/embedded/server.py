@@ -124,9 +124,9 @@ class RemotingServer:
         self.running = False
         self._connections: Set[ServerConnection] = set()
         self._opaque = itertools.count(1)
-        self._server: Optional[asyncio.AbstractServer] = None
         self._listen_sock: Optional[socket.socket] = None
         self._sniffing: Set[socket.socket] = set()
+        self._adopting: Set[asyncio.Task] = set()
         self._ssl_ctx = tls.server_context() if tls else None
 
     @property
@@ -155,12 +155,11 @@ class RemotingServer:
             sock.close()
             raise
         self.port = sock.getsockname()[1]
-        if self.tls is not None and self.tls.mode == "permissive":
-            self._listen_sock = sock
-            loop.add_reader(sock.fileno(), self._accept_ready)
-        else:
-            self._server = await loop.create_server(lambda: ServerConnection(self), sock=sock,
-                                                    ssl=self._ssl_ctx)
+        # Our own accept loop rather than loop.create_server: an asyncio Server closed between
+        # accepting a socket and building its transport leaks that socket, open and unserved
+        # (Python 3.11), so a client could outlive a stopped broker.
+        self._listen_sock = sock
+        loop.add_reader(sock.fileno(), self._accept_ready)
         self.running = True
 
     async def stop(self) -> None:
@@ -168,9 +167,6 @@ class RemotingServer:
         if not self.running:
             return
         self.running = False
-        if self._server is not None:
-            self._server.close()
-            self._server = None
         if self._listen_sock is not None:
             loop = asyncio.get_running_loop()
             loop.remove_reader(self._listen_sock.fileno())
@@ -192,7 +188,7 @@ class RemotingServer:
         except Exception:  # pragma: no cover - cleanup must not kill the loop
             log.exception("%s: connection cleanup failed", self.name)
 
-    # permissive TLS: accept, peek at the first byte, then hand over to asyncio ---------
+    # accepting; permissive TLS peeks at the first byte before handing over to asyncio ---
 
     def _accept_ready(self) -> None:
         loop = asyncio.get_running_loop()
@@ -205,8 +201,11 @@ class RemotingServer:
                 log.warning("%s: accept failed: %s", self.name, exc)
                 return
             sock.setblocking(False)
-            self._sniffing.add(sock)
-            loop.add_reader(sock.fileno(), self._sniff, sock)
+            if self.tls is not None and self.tls.mode == "permissive":
+                self._sniffing.add(sock)
+                loop.add_reader(sock.fileno(), self._sniff, sock)
+            else:
+                self._spawn_adopt(sock, self._ssl_ctx)
 
     def _drop_sniffing(self, sock: socket.socket) -> None:
         self._sniffing.discard(sock)
@@ -230,8 +229,12 @@ class RemotingServer:
         loop = asyncio.get_running_loop()
         loop.remove_reader(sock.fileno())
         self._sniffing.discard(sock)
-        ssl_ctx = self._ssl_ctx if first[0] == TLS_HANDSHAKE_FIRST_BYTE else None
-        loop.create_task(self._adopt(sock, ssl_ctx))
+        self._spawn_adopt(sock, self._ssl_ctx if first[0] == TLS_HANDSHAKE_FIRST_BYTE else None)
+
+    def _spawn_adopt(self, sock: socket.socket, ssl_ctx) -> None:
+        task = asyncio.get_running_loop().create_task(self._adopt(sock, ssl_ctx))
+        self._adopting.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self._adopting.discard)
 
     async def _adopt(self, sock: socket.socket, ssl_ctx) -> None:
         try:
