@@ -284,18 +284,31 @@ def test_task_failures_are_retried_without_loss_or_duplicates(spark, cluster, tm
     # An exception inside read(): the broker refuses pulls with an error nothing retries.
     cluster.fail_next(3, ResponseCode.NO_PERMISSION, "the topic is not readable now",
                       request_codes=[RequestCode.PULL_MESSAGE])
-    # A killed Python worker inside read(): busy workers are killed until a task has failed
-    # because of it (Spark logs the crash) and been retried.
+    deadline = time.monotonic() + 120
+    while cluster._call(lambda: len(cluster.faults.rules)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    # The refused task's last retry must be done before workers die, or one task could use up
+    # its 4 attempts: wait for a batch that started after the refusals.
+    seen = len(pipeline.events)
+    pipeline.wait_for(lambda e: e["event"] == "progress" and e["rows"] > 0
+                      and pipeline.events.index(e) > seen + 1, 120, "a batch after the refusals")
     log = tmp_path / "stderr-0.log"
+    # A killed Python worker inside read(): the broker holds every pull for a second, so a read
+    # lasts long enough to be caught, and the forked Python workers are killed until Spark logs
+    # that a task's worker crashed (the task is then retried). Idle workers just respawn.
+    cluster.delay_next(1_000_000, 1.0, request_codes=[RequestCode.PULL_MESSAGE])
     killed = 0
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and "Python worker exited unexpectedly" not in \
             log.read_text():
-        busy = busy_python_workers(pipeline.proc.pid)
-        if busy:
-            os.kill(busy[0], signal.SIGKILL)
-            killed += 1
-            time.sleep(1.0)
+        time.sleep(1.5)
+        for pid in python_workers(pipeline.proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+    cluster.clear_faults()
     assert killed >= 1, "no Python worker was reading to kill"
     feeder.join()
     pipeline.drain()
@@ -304,31 +317,6 @@ def test_task_failures_are_retried_without_loss_or_duplicates(spark, cluster, tm
     logs = (tmp_path / "stderr-0.log").read_text()
     assert "NO_PERMISSION" in logs, "the broker's refusal failed a task (then retried)"
     assert "Python worker exited unexpectedly" in logs, "a killed worker failed a task"
-
-
-def cpu_ticks(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
-
-
-def busy_python_workers(root_pid: int, window: float = 0.1) -> List[int]:
-    """Python workers under ``root_pid`` that used CPU during ``window`` seconds."""
-    before = {}
-    for pid in python_workers(root_pid):
-        try:
-            before[pid] = cpu_ticks(pid)
-        except OSError:
-            pass
-    time.sleep(window)
-    busy = []
-    for pid, ticks in before.items():
-        try:
-            if cpu_ticks(pid) > ticks:
-                busy.append(pid)
-        except OSError:
-            pass
-    return busy
 
 
 def python_workers(root_pid: int) -> List[int]:
