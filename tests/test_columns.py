@@ -158,3 +158,26 @@ def test_invalid_utf8_in_properties_is_named(decoder, bad):
     with pytest.raises(MessageDecodeError) as info:
         C.decode_columns(broken)
     assert "UTF-8" in str(info.value)
+
+
+@pytest.mark.skipif(C._native is None, reason="the C accelerator is not built")
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=700), offset=st.integers(0, 15), clmul=st.booleans())
+def test_native_crc_is_zlibs_crc32_on_both_paths(data, offset, clmul):
+    """The carry-less-multiply path (64 bytes and up) and the table path agree with zlib, at any
+    alignment."""
+    import zlib
+
+    view = memoryview(bytes(offset) + data)[offset:]
+    assert C._native.crc32(view, clmul) == zlib.crc32(data)
+
+
+@pytest.mark.parametrize("size", [63, 64, 100, 1000, 6000])
+def test_a_flipped_bit_in_a_large_body_fails_the_crc(decoder, size):
+    body = M.encode_stored_message(topic="T", queue_id=0, queue_offset=0, physical_offset=0,
+                                   body=bytes(range(256)) * (size // 256) + b"x" * (size % 256))
+    damaged = bytearray(body)
+    damaged[-8] ^= 0x10  # a body byte: after it come 3 body bytes, the topic, the props length
+    assert C.decode_columns(body).num_rows == 1
+    with pytest.raises(MessageDecodeError, match="CRC mismatch"):
+        C.decode_columns(bytes(damaged))
