@@ -518,7 +518,8 @@ def bench_latency(spark, namesrv: str, args, tmp: str, sink: str = "foreachBatch
     total = int((args.latency_warmup + seconds) * rate)
     warm = int(args.latency_warmup * rate)
 
-    def produce_file():
+    def paced():
+        """Message numbers 0..total-1, each at its send time; records that time in ``sent``."""
         next_at = time.monotonic()
         for i in range(total):
             if stop_sending.is_set():
@@ -527,27 +528,21 @@ def bench_latency(spark, namesrv: str, args, tmp: str, sink: str = "foreachBatch
             if delay > 0:
                 time.sleep(delay)
             sent[i] = time.time()
-            append_record(fd, int(sent[i] * 1000))
-            where[i] = ("pos", i)
+            yield i
             next_at += 1.0 / rate
 
     def produce():
         if transport == "file":
-            return produce_file()
+            for i in paced():
+                append_record(fd, int(sent[i] * 1000))
+                where[i] = ("pos", i)
+            return
         body = b"x" * args.size
         with Producer(namesrv) as producer:
             producer.queues(topic, refresh=True)
-            next_at = time.monotonic()
-            for i in range(total):
-                if stop_sending.is_set():
-                    return
-                delay = next_at - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-                sent[i] = time.time()
+            for i in paced():
                 result = producer.send(Message(topic, body, keys=str(i)))
                 where[i] = (result.queue.key, result.queue_offset)
-                next_at += 1.0 / rate
 
     def last_batch_done() -> bool:
         last = query.lastProgress

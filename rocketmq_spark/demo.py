@@ -169,6 +169,14 @@ def sample_rows(spark, sink: str, n: int = 5):
             .orderBy("brokerName", "queueId", "queueOffset").limit(n))
 
 
+def timed(timings: Dict[str, float], name: str, fn, *args):
+    """``fn(*args)``, with its wall time recorded as ``timings[name]``."""
+    started = time.perf_counter()
+    result = fn(*args)
+    timings[name] = time.perf_counter() - started
+    return result
+
+
 def run(messages: int = 10_000, brokers: int = 2, queues: int = 4, more: Optional[int] = None,
         show: int = 5, spark=None) -> dict:
     """Run the whole demo and return its summary (``summary["ok"]`` says whether every check
@@ -194,15 +202,10 @@ def run(messages: int = 10_000, brokers: int = 2, queues: int = 4, more: Optiona
         timings["send 1"] = produce(namesrv, 0, messages)
         print(f"sent {messages:,} messages in {timings['send 1']:.2f} s")
 
-        t = time.perf_counter()
-        if own_spark:
-            spark = spark_session()
-        timings["spark start"] = time.perf_counter() - t
+        spark = timed(timings, "spark start", spark_session if own_spark else lambda: spark)
         print(f"Spark {spark.version} session ready in {timings['spark start']:.1f} s")
         try:
-            t = time.perf_counter()
-            rows_1, _ = run_stream(spark, namesrv, checkpoint, sink)
-            timings["run 1"] = time.perf_counter() - t
+            rows_1, _ = timed(timings, "run 1", run_stream, spark, namesrv, checkpoint, sink)
             print(f"run 1 (AvailableNow, new checkpoint): {rows_1:,} rows "
                   f"in {timings['run 1']:.1f} s")
             lag_after_1 = group_offsets(namesrv)
@@ -212,16 +215,12 @@ def run(messages: int = 10_000, brokers: int = 2, queues: int = 4, more: Optiona
             print(f"sent {more:,} more messages; the group's lag is now "
                   f"{sum(v['lag'] for v in lag_before_2.values()):,}")
 
-            t = time.perf_counter()
-            rows_2, _ = run_stream(spark, namesrv, checkpoint, sink)
-            timings["run 2"] = time.perf_counter() - t
+            rows_2, _ = timed(timings, "run 2", run_stream, spark, namesrv, checkpoint, sink)
             print(f"run 2 (AvailableNow, same checkpoint): {rows_2:,} rows "
                   f"in {timings['run 2']:.1f} s")
             lag_after_2 = group_offsets(namesrv)
 
-            t = time.perf_counter()
-            sink_check = check_sink(spark, sink, total)
-            timings["check"] = time.perf_counter() - t
+            sink_check = timed(timings, "check", check_sink, spark, sink, total)
             if show:
                 print(f"\na few rows of the parquet sink ({sink}):")
                 sample_rows(spark, sink, show).show(truncate=False)

@@ -56,6 +56,12 @@ def run_available_now(spark, df, checkpoint: str, sink: Optional[str] = None,
     return query
 
 
+def start_memory(df, name: str, checkpoint: str):
+    """Start a running (not AvailableNow) query into the memory table ``name``."""
+    return df.writeStream.format("memory").queryName(name) \
+        .option("checkpointLocation", checkpoint).start()
+
+
 def ids_of(rows) -> List[int]:
     return sorted(int(r["keys"]) for r in rows)
 

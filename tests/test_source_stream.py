@@ -17,7 +17,7 @@ from chispa import assert_df_equality
 
 from rocketmq_spark.client.admin import Admin
 from source_helpers import (
-    committed, ids_of, max_offsets, produce, reader, run_available_now, wait_for,
+    committed, ids_of, max_offsets, produce, reader, run_available_now, start_memory, wait_for,
 )
 
 PEER = Path(__file__).resolve().parent / "cpp_peer.py"
@@ -105,8 +105,7 @@ def test_starting_offsets_earliest_json_and_group(spark, cluster, topic, tmp_pat
 def test_starting_offsets_latest_reads_only_new_messages(spark, cluster, topic, tmp_path):
     produce(cluster.namesrv_addr, topic, range(100))
     df = reader(spark, cluster.namesrv_addr, topic, startingOffsets="latest")
-    query = df.writeStream.format("memory").queryName("latest_mode") \
-        .option("checkpointLocation", str(tmp_path / "cp")).start()
+    query = start_memory(df, "latest_mode", str(tmp_path / "cp"))
     try:
         wait_for(lambda: query.lastProgress is not None, what="batch 0")
         produce(cluster.namesrv_addr, topic, range(100, 150))
@@ -148,8 +147,7 @@ def test_max_messages_per_trigger_bounds_batches_and_available_now_drains(
 def test_topic_grown_from_4_to_8_queues_mid_stream(spark, cluster, topic, tmp_path):
     produce(cluster.namesrv_addr, topic, range(200))
     df = reader(spark, cluster.namesrv_addr, topic, startingOffsets="earliest")
-    query = df.writeStream.format("memory").queryName("grown") \
-        .option("checkpointLocation", str(tmp_path / "cp")).start()
+    query = start_memory(df, "grown", str(tmp_path / "cp"))
     try:
         wait_for(lambda: spark.table("grown").count() == 200, what="the first 200")
         cluster.add_queues(topic, 8)
@@ -301,8 +299,7 @@ def test_unreachable_broker_is_planned_around_not_lost(spark, embedded_cluster, 
     on_b = [mq for mq in queues if mq.broker_name == "broker-b"]
     produce(cluster.namesrv_addr, "Outage", range(100), queues=on_b)
     df = reader(spark, cluster.namesrv_addr, "Outage", startingOffsets="earliest")
-    query = df.writeStream.format("memory").queryName("outage") \
-        .option("checkpointLocation", str(tmp_path / "cp")).start()
+    query = start_memory(df, "outage", str(tmp_path / "cp"))
     try:
         wait_for(lambda: spark.table("outage").count() == 100, what="broker-b's first 100")
         cluster.broker("broker-b").stop()
