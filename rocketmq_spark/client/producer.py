@@ -26,7 +26,12 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Message:
-    """A message to send. ``keys`` may be one string or several (stored space-separated)."""
+    """A message to send. ``keys`` may be one string or several (stored space-separated).
+
+    ``sharding_key``: messages with the same key belong together in order (RocketMQ's ordered
+    messages; stored as ``__SHARDINGKEY``). ``delay_level``: 1-18, deliver after that delay
+    level (stored as ``DELAY``). ``uniq_key``: the message id (``UNIQ_KEY``); a fresh one is
+    made when it is None."""
 
     topic: str
     body: bytes
@@ -34,6 +39,9 @@ class Message:
     keys: Union[str, Sequence[str], None] = None
     properties: Mapping[str, str] = field(default_factory=dict)
     flag: int = 0
+    sharding_key: Optional[str] = None
+    delay_level: int = 0
+    uniq_key: Optional[str] = None
 
     def property_map(self, uniq_key: str) -> Dict[str, str]:
         props = dict(self.properties)
@@ -41,7 +49,11 @@ class Message:
             props[P.KEYS] = self.keys if isinstance(self.keys, str) else " ".join(self.keys)
         if self.tags:
             props[P.TAGS] = self.tags
-        props.setdefault(P.UNIQ_KEY, uniq_key)
+        if self.sharding_key:
+            props[P.SHARDING_KEY] = self.sharding_key
+        if self.delay_level:
+            props[P.DELAY] = str(self.delay_level)
+        props.setdefault(P.UNIQ_KEY, self.uniq_key or uniq_key)
         props.setdefault(P.WAIT, "true")
         return props
 
@@ -108,7 +120,7 @@ class Producer:
     # ------------------------------------------------------------------ sending
 
     def _encode(self, message: Message) -> tuple:
-        uniq = M.new_uniq_key()
+        uniq = message.uniq_key or M.new_uniq_key()
         body, sys_flag = bytes(message.body), 0
         if self.compress_over >= 0 and len(body) >= self.compress_over:
             body, sys_flag = M.compress_body(body, self.compression)
@@ -137,7 +149,7 @@ class Producer:
             raise ValueError("all messages of a batch must have the same topic")
         entries, first = [], None
         for m in messages:
-            uniq = M.new_uniq_key()
+            uniq = m.uniq_key or M.new_uniq_key()
             first = first or uniq
             entries.append(M.BatchEntry(bytes(m.body), P.encode_properties(m.property_map(uniq)),
                                         m.flag))
