@@ -109,7 +109,8 @@ def test_send_with_tags_keys_properties_and_compression(cluster, admin, producer
     assert [r["body"] for r in rows] == [b"small", big]
     assert rows[0]["tags"] == "TagA" and rows[0]["keys"] == "k1 k2"
     assert "color\x01red" in rows[0]["properties"]
-    assert rows[1]["sys_flag"] & 1 == 0, "the compressed bit is cleared after inflating"
+    assert rows[0]["sys_flag"] & 1 == 0
+    assert rows[1]["sys_flag"] == 0x301, "the stored flag (zlib, compressed) is kept, as Java"
     assert [r["msg_id"] for r in rows] == [s.msg_id for s in sent]
     assert [r["offset_msg_id"] for r in rows] == [s.offset_msg_id for s in sent]
 
@@ -320,6 +321,30 @@ def test_acl_signed_requests_pass_and_bad_ones_are_refused(embedded_cluster_fact
                 p.send(Message("AclTopic", b"refused"))
             assert "sk-very-secret" not in str(err.value)
     assert "sk-very-secret" not in repr(good) + str(good)
+
+
+@pytest.mark.parametrize("secret", [None, "sk-very-secret"], ids=["no-credentials", "unknown-key"])
+def test_acl_refusals_fail_at_once_and_are_never_retried(embedded_cluster_factory, secret):
+    """No credentials, or an access key the broker does not know ("No acl config for ..."):
+    the broker answers SYSTEM_ERROR, which must not pass for a busy broker."""
+    cluster = embedded_cluster_factory(brokers=1, acl={"ak-test": "sk-very-secret"})
+    cluster.create_topic("AclRefused", queues=1)
+    cluster.append("AclRefused", "broker-a", 0, [b"x"] * 10)
+    config = ClientConfig(credentials=Credentials("ak-unknown", secret) if secret else None)
+    started = time.monotonic()
+    with Producer(cluster.namesrv_addr, config=config, retries=3) as p:
+        with pytest.raises(AuthError, match="check the access key") as err:
+            p.send(Message("AclRefused", b"refused"))
+    assert ("No acl config for <redacted>" if secret else "No accessKey") in str(err.value)
+    with Admin(cluster.namesrv_addr, config=config) as admin:
+        mq = MessageQueue("AclRefused", "broker-a", 0)
+        reader = QueueRangeReader(admin.brokers, admin.address, mq, 0, 10,
+                                  ReadSettings(consumer_group=GROUP, retry_deadline=60))
+        with pytest.raises(AuthError):
+            list(reader)
+        assert reader.retries == 0
+    assert time.monotonic() - started < 5, "an ACL refusal was retried"
+    assert "sk-very-secret" not in str(err.value) and "ak-unknown" not in str(err.value)
 
 
 @pytest.mark.parametrize("mode", ["enforcing", "permissive"])

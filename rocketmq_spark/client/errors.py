@@ -99,7 +99,13 @@ class RouteNotFound(ResponseError):
 
 
 class AuthError(ResponseError):
-    """The broker refused the request's credentials or permissions."""
+    """The broker refused the request's credentials or permissions. Never retried: the same
+    credentials get the same answer."""
+
+    def __init__(self, code: int, remark: Optional[str], request: str = "", address: str = ""):
+        super().__init__(code, remark, request, address)
+        self.args = (f"{self.args[0]} [the broker refused this client's credentials or their "
+                     "permissions: check the access key, the secret key and the broker's ACL]",)
 
 
 class ClientClosed(RocketMQError):

@@ -130,14 +130,19 @@ def redact_remark(remark: str) -> str:
     return _ACCESS_KEY_IN_REMARK.sub(r"\1<redacted>", remark)
 
 
+# What brokers put in the remark of an ACL refusal, which they answer with SYSTEM_ERROR: 4.x
+# ACL 1.0 raises AclException ("No accessKey is configured", "No acl config for AK", "Check
+# signature failed ..."), 5.x ACL 2.0 AuthenticationException / AuthorizationException.
+_ACL_REMARK = re.compile(r"AclException|AuthenticationException|AuthorizationException|"
+                         r"No acl config for|signature|accessKey", re.IGNORECASE)
+
+
 def response_error(response: RemotingCommand, request: str, address: str) -> ResponseError:
-    """The typed error for a failed response (ACL refusals become :class:`AuthError`); an access
-    key quoted in the broker's remark is redacted."""
+    """The typed error for a failed response (ACL refusals become :class:`AuthError`, which is
+    never retried); an access key quoted in the broker's remark is redacted."""
     remark = redact_remark(response.remark or "")
-    lowered = remark.lower()
     if response.code == ResponseCode.NO_PERMISSION or (
-            response.code == ResponseCode.SYSTEM_ERROR
-            and ("signature" in lowered or "accesskey" in lowered)):
+            response.code == ResponseCode.SYSTEM_ERROR and _ACL_REMARK.search(remark)):
         return AuthError(response.code, remark, request, address)
     return ResponseError(response.code, remark, request, address)
 
