@@ -31,7 +31,7 @@ def expected_rows(body: bytes):
     return [{
         "topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
         "physical_offset": m.physical_offset, "flag": m.flag,
-        "sys_flag": m.sys_flag & ~M.SYSFLAG_COMPRESSED, "born_timestamp": m.born_timestamp,
+        "sys_flag": m.sys_flag, "born_timestamp": m.born_timestamp,
         "born_host": m.born_host, "store_timestamp": m.store_timestamp,
         "store_host": m.store_host, "reconsume_times": m.reconsume_times, "body": m.body,
         "properties": m.properties,

@@ -72,7 +72,8 @@ def decode_columns(body, verify_crc: bool = True, decompress: bool = True,
 
 
 def _inflate(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """Decompress the bodies whose sysFlag says so, and clear that bit (as Java does)."""
+    """Decompress the bodies whose sysFlag says so. ``sys_flag`` keeps the stored value (the
+    COMPRESSED bit included), which is what Java's client reports for a compressed message."""
     sys_flag = batch.column("sys_flag")
     compressed = pc.not_equal(pc.bit_wise_and(sys_flag, M.SYSFLAG_COMPRESSED), 0)
     if not pc.any(compressed).as_py():
@@ -89,7 +90,6 @@ def _inflate(batch: pa.RecordBatch) -> pa.RecordBatch:
                                      offsets[i].as_py()) from None
     columns = dict(zip(batch.schema.names, batch.columns))
     columns["body"] = pc.replace_with_mask(bodies, compressed, pa.array(inflated, pa.binary()))
-    columns["sys_flag"] = pc.bit_wise_and(sys_flag, ~M.SYSFLAG_COMPRESSED)
     return pa.RecordBatch.from_arrays(list(columns.values()), schema=SCHEMA)
 
 
