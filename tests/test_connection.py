@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from rocketmq_spark.client.config import make_tls_context
 from rocketmq_spark.client.connection import Connection
 from rocketmq_spark.client.errors import (
     BrokerUnavailable, ClientClosed, ProtocolError, RequestTimeout, ResponseError,
@@ -220,3 +221,73 @@ def test_close_fails_waiters_with_client_closed(peer_factory):
     threading.Timer(0.1, conn.close).start()
     with pytest.raises(ClientClosed):
         conn.wait(future, 5)
+
+
+# ------------------------------------------------------------------- peers that are not RocketMQ
+
+
+class AnsweringPeer:
+    """Answers whatever it receives first with fixed bytes (an HTTP server's 400, a TLS alert),
+    as servers of other protocols do on a request they cannot parse."""
+
+    def __init__(self, answer: bytes):
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.address = "127.0.0.1:%d" % self.server.getsockname()[1]
+        self.answer = answer
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                sock, _ = self.server.accept()
+            except OSError:
+                return
+            with sock:
+                if sock.recv(65536):
+                    sock.sendall(self.answer)
+                    time.sleep(0.5)
+
+    def close(self):
+        self.server.close()
+
+
+HTTP_400 = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+TLS_ALERT = bytes.fromhex("15030300020246")  # alert record: fatal protocol_version
+
+
+@pytest.mark.parametrize("answer, message", [
+    (HTTP_400, "answered in HTTP, not RocketMQ's remoting protocol"),
+    (TLS_ALERT, "answered in TLS on a plaintext connection: it requires TLS"),
+])
+def test_a_peer_speaking_http_or_tls_is_named(answer, message):
+    peer = AnsweringPeer(answer)
+    try:
+        started = time.monotonic()
+        with RemotingClient() as client:
+            with pytest.raises(ProtocolError, match=message) as err:
+                client.invoke(peer.address, RemotingCommand(code=106), timeout=10)
+        assert peer.address in str(err.value) and "frame length" not in str(err.value)
+        assert time.monotonic() - started < 3
+    finally:
+        peer.close()
+
+
+def test_tls_client_meeting_an_http_server_is_told_so():
+    peer = AnsweringPeer(HTTP_400)
+    try:
+        with pytest.raises(ProtocolError, match="answered in HTTP"):
+            Connection(peer.address, tls=make_tls_context(verify=False))
+    finally:
+        peer.close()
+
+
+def test_tls_mismatches_with_a_real_server_say_what_to_change(embedded_cluster_factory):
+    tls_only = embedded_cluster_factory(brokers=1, tls="enforcing")
+    with RemotingClient() as client:
+        with pytest.raises(BrokerUnavailable, match=r"closed by the peer before answering "
+                                                    r"anything \(if the server requires TLS"):
+            client.invoke(tls_only.namesrv_addr, RemotingCommand(code=106), timeout=5)
+    plain = embedded_cluster_factory(brokers=1)
+    with pytest.raises(BrokerUnavailable, match="TLS handshake failed: the server closed the "
+                                                "connection .* plaintext only"):
+        Connection(plain.namesrv_addr, tls=make_tls_context(verify=False))

@@ -29,6 +29,7 @@ from .errors import (
 from .protocol.codes import FLAG_ONEWAY, ResponseCode, SerializeType, code_name
 from .protocol.frame import FrameDecoder, RemotingCommand, encode_frame
 from .protocol.route import split_address
+from .protocol.sniff import foreign_protocol, foreign_protocol_message
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,14 @@ class ResponseFuture:
             raise self.error
         assert self.response is not None
         return self.response
+
+
+def _reason(exc: BaseException) -> str:
+    """An exception's message without the tuple-ish repr ``ssl.SSLError`` gives its args."""
+    if isinstance(exc, ssl.SSLError) and exc.args and isinstance(exc.args[0], str) \
+            and len(exc.args) == 1:
+        return exc.args[0]
+    return str(exc)
 
 
 def _wait_readable(poller: "select.poll", timeout: float) -> bool:
@@ -89,6 +98,7 @@ class _TlsTransport:
 
     def __init__(self, sock: socket.socket, context: ssl.SSLContext, server_hostname: Optional[str]):
         self.sock = sock
+        self.handshake_head = b""  # the peer's first bytes, to name what it speaks on failure
         self._in = ssl.MemoryBIO()
         self._out = ssl.MemoryBIO()
         self._obj = context.wrap_bio(self._in, self._out, server_hostname=server_hostname)
@@ -106,7 +116,10 @@ class _TlsTransport:
                 self._flush()
                 data = self.sock.recv(RECV_BYTES)
                 if not data:
-                    raise ssl.SSLError("peer closed the connection during the TLS handshake")
+                    raise ssl.SSLError("the server closed the connection during the TLS "
+                                       "handshake: it may serve plaintext only (turn TLS off)")
+                if len(self.handshake_head) < 8:
+                    self.handshake_head += data[:8]
                 self._in.write(data)
         self._flush()
 
@@ -191,6 +204,7 @@ class Connection:
             sock = socket.create_connection((host, port), timeout=connect_timeout)
         except OSError as exc:
             raise unavailable(address, f"cannot connect: {exc.strerror or exc}") from None
+        transport = None
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if tls is not None:
@@ -201,7 +215,10 @@ class Connection:
             sock.settimeout(SEND_TIMEOUT)
         except (OSError, ssl.SSLError) as exc:
             sock.close()
-            raise unavailable(address, f"TLS handshake failed: {exc}") from None
+            if isinstance(transport, _TlsTransport) \
+                    and foreign_protocol(transport.handshake_head) == "HTTP":
+                raise ProtocolError(foreign_protocol_message(address, "HTTP", True)) from None
+            raise unavailable(address, f"TLS handshake failed: {_reason(exc)}") from None
         self._sock = sock
         self._transport = transport
 
@@ -341,11 +358,15 @@ class Connection:
             if data is None:  # deadline passed
                 return
             if not data:
-                self._fail("closed by the peer")
+                silent = self._decoder.stream_offset == 0 and not self._decoder.pending
+                self._fail("closed by the peer" + (
+                    " before answering anything (if the server requires TLS, turn TLS on)"
+                    if silent and not isinstance(transport, _TlsTransport) else ""))
                 return
             try:
                 commands = self._decoder.feed(data)
             except ProtocolError as exc:
+                exc = self._foreign(exc)
                 log.warning("protocol error from %s: %s", self.address, exc)
                 self._fail(f"protocol error: {exc}", exc)
                 return
@@ -366,6 +387,16 @@ class Connection:
             if completed:
                 with self._cond:
                     self._cond.notify_all()
+
+    def _foreign(self, exc: ProtocolError) -> ProtocolError:
+        """``exc``, or a clearer error when the peer's very first bytes are HTTP or TLS."""
+        if exc.where != "stream" or exc.position != 0 or not exc.excerpt:
+            return exc
+        protocol = foreign_protocol(bytes.fromhex(exc.excerpt.replace(" ", "")))
+        if protocol is None:
+            return exc
+        tls = isinstance(self._transport, _TlsTransport)
+        return ProtocolError(foreign_protocol_message(self.address, protocol, tls))
 
     def _serve_peer_request(self, cmd: RemotingCommand) -> None:
         response = None
