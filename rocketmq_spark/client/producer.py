@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .broker import BrokerClient, SendResponse
 from .config import ClientConfig
@@ -90,19 +90,47 @@ class Producer:
         self.retries = retries
         self._rr = itertools.count(random.randrange(1 << 16))  # as Java: a random first queue
         self._lock = threading.Lock()
+        # Topics the name servers did not know: (when, route derived from TBW102).
+        self._templates: Dict[str, Tuple[float, TopicRouteData]] = {}
 
     # ------------------------------------------------------------------ routes
 
     def _route(self, topic: str, refresh: bool = False) -> TopicRouteData:
+        """The topic's route; for a topic the name servers do not know, TBW102's route.
+
+        A template route is kept for the route TTL, as Java keeps it in its publish table
+        until the next route poll: sends keep rotating over every broker of TBW102, so each
+        of them creates the topic on its first send. Asking the name servers again at once
+        would find the topic on the first broker only and send everything there."""
+        held = self._templates.get(topic)
+        if held is not None and time.monotonic() - held[0] < self.names.route_ttl:
+            if not refresh:
+                return held[1]
+            route = self._template_route(topic, True)
+            self._templates[topic] = (held[0], route)
+            return route
         try:
-            return self.names.route(topic, refresh)
+            route = self.names.route(topic, refresh)
+            self._templates.pop(topic, None)
+            return route
         except RouteNotFound:
+            route = self._template_route(topic, refresh)
+            self._templates[topic] = (time.monotonic(), route)
+            return route
+
+    def _template_route(self, topic: str, refresh: bool) -> TopicRouteData:
+        try:
             template = self.names.route(DEFAULT_TOPIC, refresh)
-            n = self.default_topic_queue_nums
-            return dataclasses.replace(template, queue_datas=[
-                dataclasses.replace(q, read_queue_nums=min(q.read_queue_nums, n),
-                                    write_queue_nums=min(q.write_queue_nums, n))
-                for q in template.queue_datas])
+        except RouteNotFound:
+            raise RouteNotFound(topic, f"topic {topic!r} does not exist, and no broker creates "
+                                       "topics on first send (no route for TBW102: "
+                                       "autoCreateTopicEnable is off); create the topic first"
+                                ) from None
+        n = self.default_topic_queue_nums
+        return dataclasses.replace(template, queue_datas=[
+            dataclasses.replace(q, read_queue_nums=min(q.read_queue_nums, n),
+                                write_queue_nums=min(q.write_queue_nums, n))
+            for q in template.queue_datas])
 
     def queues(self, topic: str, refresh: bool = False) -> List[MessageQueue]:
         """The writable queues of ``topic`` (from the template route if it is new)."""
