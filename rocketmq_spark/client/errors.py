@@ -120,3 +120,26 @@ class DataLossError(RocketMQError):
         super().__init__(
             f"data loss on queue {queue.key}: offsets [{start}, {end}) cannot be read: {reason}. "
             "Set failOnDataLoss=false to skip lost messages (they are logged and counted).")
+
+
+class ProxyError(RocketMQError):
+    """A 5.x proxy's gRPC endpoint refused or failed a call.
+
+    ``code`` is the proxy's status code (``apache.rocketmq.v2.Code``, e.g. 42900) and ``name``
+    its name (``TOO_MANY_REQUESTS``); for a call that failed in gRPC itself, ``code`` is 0 and
+    ``name`` the gRPC status (``UNAVAILABLE``). ``transient``: a retry later may succeed.
+    """
+
+    def __init__(self, code: int, name: str, remark: str, request: str, address: str,
+                 transient: bool = False):
+        self.code, self.name, self.remark = code, name, remark
+        self.request, self.address, self.transient = request, address, transient
+        what = f"{name} ({code})" if code else name
+        # Not super(): ProxyAuthError also derives from AuthError, whose __init__ differs.
+        RocketMQError.__init__(self, f"{request} to proxy {address} failed: {what} {remark}"
+                                     .rstrip())
+
+
+class ProxyAuthError(ProxyError, AuthError):
+    """The proxy refused this client's credentials or their permissions (UNAUTHORIZED,
+    FORBIDDEN, or gRPC UNAUTHENTICATED / PERMISSION_DENIED)."""

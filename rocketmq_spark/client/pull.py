@@ -149,9 +149,11 @@ def response_error(response: RemotingCommand, request: str, address: str) -> Res
 
 def is_transient(error: BaseException) -> bool:
     """Whether retrying later may succeed (as opposed to a request that can never work)."""
-    from .errors import RemotingConnectionError, RequestTimeout
+    from .errors import ProxyError, RemotingConnectionError, RequestTimeout
 
     if isinstance(error, (RemotingConnectionError, RequestTimeout)):
         return True
+    if isinstance(error, ProxyError):  # the 5.x proxy (gRPC) says itself
+        return error.transient
     return (isinstance(error, ResponseError) and not isinstance(error, AuthError)
             and error.code in TRANSIENT_CODES)

@@ -1,0 +1,119 @@
+"""Our :class:`~rocketmq_spark.client.producer.Message` to the proxy's ``Message``, and the
+proxy's answer back to :class:`~rocketmq_spark.client.producer.SendResult`: pure functions.
+
+The mapping (the 5.x way of saying what 4.x said in properties):
+
+==================  ==========================================================================
+``topic``           ``topic.name`` (plus the producer's namespace)
+``body``            ``body``, sent as is (``IDENTITY`` encoding)
+``tags``            ``system_properties.tag``
+``keys``            ``system_properties.keys`` (the proxy stores them space-separated: KEYS)
+``properties``      ``user_properties``
+``sharding_key``    ``system_properties.message_group``: a FIFO message (``__SHARDINGKEY``)
+``delay_level``     ``system_properties.delivery_timestamp`` = now + the level's delay of the
+                    4.x table (1s 5s 10s 30s 1m ... 2h): a DELAY message (``TIMER_DELIVER_MS``)
+``uniq_key``        ``system_properties.message_id`` (``UNIQ_KEY``); a fresh one when None
+``flag``            not carried by the 5.x API: a non-zero flag is refused
+==================  ==========================================================================
+"""
+from __future__ import annotations
+
+import socket
+import time
+from typing import List, Optional, Sequence
+
+from ..errors import ProtocolError
+from ..producer import Message, SendResult
+from ..protocol import message as M
+from ..protocol.route import MessageQueue
+from . import definition_pb2 as pb
+from . import service_pb2 as spb
+from . import status as S
+
+# The delay of each 4.x delay level (messageDelayLevel's default), in seconds.
+DELAY_LEVEL_SECONDS = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200,
+                       1800, 3600, 7200)
+SEND_OK = "SEND_OK"
+UNKNOWN_QUEUE_ID = -1
+
+
+def _local_ip() -> str:
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+BORN_HOST = _local_ip()
+
+
+def message_type(message: Message) -> int:
+    """NORMAL, FIFO (a sharding key) or DELAY (a delay level); both at once is refused."""
+    if message.sharding_key and message.delay_level:
+        raise ValueError("a message cannot have both a sharding_key (FIFO) and a delay_level "
+                         "(DELAY) through the 5.x proxy")
+    if message.sharding_key:
+        return pb.FIFO
+    if message.delay_level:
+        return pb.DELAY
+    return pb.NORMAL
+
+
+def delivery_millis(delay_level: int, now_ms: int) -> int:
+    if not 1 <= delay_level <= len(DELAY_LEVEL_SECONDS):
+        raise ValueError(f"delay_level must be 1-{len(DELAY_LEVEL_SECONDS)}, got {delay_level}")
+    return now_ms + DELAY_LEVEL_SECONDS[delay_level - 1] * 1000
+
+
+def to_proto(message: Message, namespace: str = "", now_ms: Optional[int] = None,
+             message_id: Optional[str] = None) -> pb.Message:
+    """The proxy's ``Message`` for ``message``; raises ValueError for what the 5.x API cannot
+    carry."""
+    if message.flag:
+        raise ValueError(f"flag={message.flag}: the 5.x proxy API has no message flag")
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    kind = message_type(message)
+    keys = message.keys
+    system = pb.SystemProperties(
+        message_id=message_id or message.uniq_key or M.new_uniq_key(),
+        body_encoding=pb.IDENTITY, message_type=kind, born_host=BORN_HOST)
+    system.born_timestamp.FromMilliseconds(now_ms)
+    if message.tags:
+        system.tag = message.tags
+    if keys:
+        system.keys.extend([keys] if isinstance(keys, str) else keys)
+    if kind == pb.FIFO:
+        system.message_group = message.sharding_key
+    elif kind == pb.DELAY:
+        system.delivery_timestamp.FromMilliseconds(delivery_millis(message.delay_level, now_ms))
+    out = pb.Message(topic=pb.Resource(name=message.topic, resource_namespace=namespace),
+                     system_properties=system, body=bytes(message.body))
+    if message.properties:
+        out.user_properties.update(message.properties)
+    return out
+
+
+def send_results(response: spb.SendMessageResponse, message_ids: Sequence[str],
+                 queue: MessageQueue, address: str) -> List[SendResult]:
+    """One :class:`SendResult` per message sent, or the error the proxy reported.
+
+    A call of several messages is stored as one batch: the proxy answers one entry whose
+    ``message_id`` lists every id (comma-separated) and whose offset is the first message's.
+    ``queue`` is what we know of the queue (the proxy does not say which it chose)."""
+    S.check(response.status, "SendMessage", address)
+    entries = list(response.entries)
+    for entry in entries:
+        S.check(entry.status, "SendMessage", address)
+    n = len(message_ids)
+    if len(entries) == n:
+        pairs = [(e.message_id or mid, e.offset) for e, mid in zip(entries, message_ids)]
+    elif len(entries) == 1 and n > 1:
+        ids = entries[0].message_id.split(",")
+        if len(ids) != n:
+            raise ProtocolError(f"SendMessage of {n} messages to proxy {address} was answered "
+                                f"with {len(ids)} message ids")
+        pairs = [(mid, entries[0].offset + i) for i, mid in enumerate(ids)]
+    else:
+        raise ProtocolError(f"SendMessage of {n} messages to proxy {address} was answered with "
+                            f"{len(entries)} entries")
+    return [SendResult(SEND_OK, mid, "", queue, offset) for mid, offset in pairs]
