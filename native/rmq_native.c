@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "rmq_pull.h"
+
 #define MAGIC_V1 ((int32_t)0xDAA320A7)
 #define MAGIC_V2 ((int32_t)0xDAA320AB)
 #define MIN_RECORD 91
@@ -489,5 +491,10 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", NULL, -1, 
 PyMODINIT_FUNC PyInit__native(void) {
     crc_init();
     crc_detect();
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m && (rmq_pull_register(m) < 0 || rmq_header_register(m) < 0)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -15,19 +15,21 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import select
 import socket
 import ssl
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Type
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
 
 from .acl import Credentials
 from .errors import (
     BrokerUnavailable, ClientClosed, ProtocolError, RemotingConnectionError, RequestTimeout,
 )
 from .protocol.codes import FLAG_ONEWAY, ResponseCode, SerializeType, code_name
-from .protocol.frame import FrameDecoder, RemotingCommand, encode_frame
+from .protocol.frame import FrameDecoder, RemotingCommand, decode_payload, encode_frame
 from .protocol.route import split_address
 from .protocol.sniff import foreign_protocol, foreign_protocol_message
 
@@ -35,6 +37,10 @@ log = logging.getLogger(__name__)
 
 RECV_BYTES = 256 * 1024
 SEND_TIMEOUT = 10.0
+
+# What the native pull loop's run() returns (native/rmq_pull.c).
+PULL_BATCH, PULL_END, PULL_RESPONSE, PULL_FOREIGN, PULL_TIMEOUT, PULL_CLOSED, PULL_ERROR, \
+    PULL_PROTOCOL = range(8)
 
 RequestHandler = Callable[["Connection", RemotingCommand], Optional[RemotingCommand]]
 
@@ -196,6 +202,7 @@ class Connection:
         self._send_lock = threading.Lock()
         self._reading = False  # one thread at a time holds the reading role
         self._decoder = FrameDecoder()
+        self._pullers: "weakref.WeakSet[Any]" = weakref.WeakSet()  # native loops on this socket
         self._closed = False
         self._close_reason = ""
         self.last_used = time.monotonic()
@@ -310,6 +317,104 @@ class Connection:
                 self._cond.notify_all()
         return not self._closed
 
+    # ------------------------------------------------------------------ native pull loop
+
+    @property
+    def native_ok(self) -> bool:
+        """Whether a native pull loop may drive this socket: plain TCP and unsigned requests
+        (TLS records and ACL signatures are made in Python)."""
+        return isinstance(self._transport, _PlainTransport) and self.credentials is None
+
+    @property
+    def native_parts(self) -> Tuple[socket.socket, Any, Any]:
+        """What a native pull loop shares with this connection: the socket, the send lock
+        (whole frames only) and the opaque counter."""
+        return self._sock, self._send_lock, self._opaque
+
+    def run_puller(self, puller, offset: int, timeout: float, max_msgs: int,
+                   max_bytes: int) -> Tuple[int, int, Optional[RemotingCommand]]:
+        """Drive a native pull loop (``_native.Puller``) from ``offset`` while holding the
+        reading role; returns ``(reason, offset, response)``.
+
+        ``reason`` is PULL_BATCH (the output holds ``max_msgs`` or ``max_bytes``), PULL_END
+        (the range's end) or PULL_RESPONSE (``response`` answers the pull at ``offset`` and
+        needs the Python reader). Frames that are not the loop's own are dispatched here as
+        :meth:`wait` would; a closed or broken connection, a bad frame and ``timeout``
+        seconds without an answer raise as the other calls do.
+        """
+        if self._closed:
+            raise self._unavailable(self.address, self._close_reason or "connection closed")
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._reading and not self._closed:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise RequestTimeout(self.address, "PULL_MESSAGE", timeout)
+                self._cond.wait(remaining)
+            if self._closed:
+                raise self._unavailable(self.address, self._close_reason or "connection closed")
+            self._reading = True
+            self._pullers.add(puller)
+        try:
+            return self._drive(puller, offset, timeout, max_msgs, max_bytes)
+        finally:
+            with self._cond:
+                self._reading = False
+                self._cond.notify_all()
+
+    def _drive(self, puller, offset: int, timeout: float, max_msgs: int, max_bytes: int
+               ) -> Tuple[int, int, Optional[RemotingCommand]]:
+        while True:
+            try:
+                reason, offset, extra = puller.run(offset, timeout, max_msgs, max_bytes,
+                                                   self._decoder.take())
+            except BaseException as exc:  # e.g. MemoryError: the stream's position is lost
+                self._fail(f"native pull loop failed: {exc!r}")
+                raise
+            rest, consumed = puller.rest()
+            self._decoder.skip(consumed)
+            self.last_used = time.monotonic()
+            try:
+                self._decoder.feed(rest)  # a partial frame; or a bad one, which raises here
+            except ProtocolError as exc:
+                exc = self._foreign(exc)
+                log.warning("protocol error from %s: %s", self.address, exc)
+                self._fail(f"protocol error: {exc}", exc)
+                raise exc from None
+            if reason in (PULL_BATCH, PULL_END):
+                return reason, offset, None
+            if reason == PULL_RESPONSE:
+                return reason, offset, self._decode_raw(extra)
+            if reason == PULL_FOREIGN:
+                for frame in extra:
+                    cmd = self._decode_raw(frame)
+                    if cmd.is_response and cmd.opaque not in self._pending:
+                        claimed = puller.claim(cmd.opaque)
+                        if claimed == offset:
+                            return PULL_RESPONSE, offset, cmd
+                        if claimed is not None:
+                            continue  # asked again when the loop gets there
+                    self._dispatch([cmd])
+                continue
+            if reason == PULL_TIMEOUT:
+                raise RequestTimeout(self.address, "PULL_MESSAGE", timeout)
+            if reason == PULL_CLOSED:
+                self._fail("closed by the peer")
+            elif reason == PULL_ERROR:
+                self._fail(f"connection lost: {os.strerror(extra)}")
+            else:  # PULL_PROTOCOL: the decoder above should have raised
+                self._fail("protocol error in the native pull loop")
+            raise self._unavailable(self.address, self._close_reason)
+
+    def _decode_raw(self, payload: bytes) -> RemotingCommand:
+        """A frame (after its length prefix) the native loop handed over."""
+        try:
+            return decode_payload(payload)
+        except ProtocolError as exc:
+            log.warning("protocol error from %s: %s", self.address, exc)
+            self._fail(f"protocol error: {exc}", exc)
+            raise
+
     def close(self, reason: str = "closed by the client") -> None:
         self._fail(reason, ClientClosed(f"connection to {self.address} {reason}"))
 
@@ -370,23 +475,37 @@ class Connection:
                 log.warning("protocol error from %s: %s", self.address, exc)
                 self._fail(f"protocol error: {exc}", exc)
                 return
-            completed = False
-            for cmd in commands:
-                if cmd.is_response:
-                    with self._cond:
-                        waiting = self._pending.pop(cmd.opaque, None)
-                        if waiting is not None:
-                            waiting.response = cmd
-                            waiting.done = True
-                            completed = True
-                    if waiting is None:
-                        log.debug("dropping late response %s from %s", cmd.describe(),
-                                  self.address)
-                else:
-                    self._serve_peer_request(cmd)
-            if completed:
+            self._dispatch(commands)
+
+    def _dispatch(self, commands: List[RemotingCommand]) -> None:
+        """Hand responses to their futures (or to the native loop that sent the request) and
+        answer the peer's requests."""
+        completed = False
+        for cmd in commands:
+            if cmd.is_response:
                 with self._cond:
-                    self._cond.notify_all()
+                    waiting = self._pending.pop(cmd.opaque, None)
+                    if waiting is not None:
+                        waiting.response = cmd
+                        waiting.done = True
+                        completed = True
+                if waiting is None and not self._offer(cmd):
+                    log.debug("dropping late response %s from %s", cmd.describe(),
+                              self.address)
+            else:
+                self._serve_peer_request(cmd)
+        if completed:
+            with self._cond:
+                self._cond.notify_all()
+
+    def _offer(self, cmd: RemotingCommand) -> bool:
+        """Give a response nobody waits for to the native loops of this connection: it may
+        answer one of their pulls, read while another thread held the socket."""
+        pullers = list(self._pullers)
+        if not pullers:
+            return False
+        payload = encode_frame(cmd)[4:]
+        return any(p.offer(payload) for p in pullers)
 
     def _foreign(self, exc: ProtocolError) -> ProtocolError:
         """``exc``, or a clearer error when the peer's very first bytes are HTTP or TLS."""

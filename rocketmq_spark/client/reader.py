@@ -15,8 +15,13 @@ Data loss raises :class:`DataLossError` unless the caller allowed it; then the s
 logged and counted in :attr:`QueueRangeReader.lost_ranges`. Transient faults (connection loss,
 timeouts, busy brokers) are retried with exponential backoff until ``retry_deadline`` passes.
 
-Pulls are pipelined: without a filter, requests for the next offsets on a grid of
-``max_msg_nums`` go out before the current answer is decoded.
+Pulls are pipelined: without a filter, up to ``pipeline_depth`` requests for the offsets ahead
+are in flight. Each asks for the broker's cap per pull, learned from its answers (a default
+broker serves 32 messages a pull from memory, 8 from disk, whatever ``max_msg_nums`` asks), and
+an answer that stops short is followed at once by a request for exactly the gap. The loop runs
+in C (``native/rmq_pull.c``, see :mod:`.native_pull`) where it can: there only the answers that
+are not a plain FOUND come back to Python. The pure-Python pipeline below is its twin and the
+fallback (TLS, ACL signing, no accelerator).
 """
 from __future__ import annotations
 
@@ -28,13 +33,15 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from . import native_pull
 from .broker import BrokerClient
+from .connection import PULL_RESPONSE
 from .errors import DataLossError, MessageDecodeError, RocketMQError, RouteNotFound
 from .protocol.columns import decode_columns
 from .protocol.message import MIN_RECORD_SIZE
 from .protocol.properties import split_tags_expression
 from .protocol.route import MessageQueue
-from .pull import PullRequest, PullStatus, is_transient
+from .pull import PullRequest, PullResult, PullStatus, is_transient, pull_result
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +79,7 @@ class ReadSettings:
     retry_deadline: float = 60.0
     retry_backoff: float = 0.1
     retry_backoff_max: float = 2.0
+    native: bool = True       # use the native pull loop where it can run
 
 
 class QueueRangeReader:
@@ -90,6 +98,7 @@ class QueueRangeReader:
         self.filtered_out = 0
         self.pulls = 0
         self.retries = 0
+        self.path = ""  # "native" or "python": which pull loop ran
         self._broker_id = 0
         self._address: Optional[str] = None
 
@@ -99,20 +108,17 @@ class QueueRangeReader:
 
     # ------------------------------------------------------------------ pulls
 
-    def _request(self, offset: int) -> PullRequest:
+    def _request(self, offset: int, nums: Optional[int] = None) -> PullRequest:
         return PullRequest(consumer_group=self.settings.consumer_group, topic=self.queue.topic,
                            queue_id=self.queue.queue_id, queue_offset=offset,
                            broker_name=self.queue.broker_name,
-                           max_msg_nums=self.settings.max_msg_nums,
+                           max_msg_nums=nums or self.settings.max_msg_nums,
                            subscription=self.settings.subscription)
 
-    def _send(self, offsets: List[int]) -> List[tuple]:
-        """Pull requests for ``offsets``, sent in one write; returns (address, pending) pairs."""
+    def _resolve(self) -> str:
         if self._address is None:
             self._address = self.resolve(self.queue, self._broker_id, False)
-        address = self._address
-        sent = self.brokers.pull_many_async(address, [self._request(o) for o in offsets])
-        return [(address, pending) for pending in sent]
+        return self._address
 
     def _lose(self, start: int, end: int, reason: str) -> None:
         if end <= start:
@@ -128,107 +134,96 @@ class QueueRangeReader:
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         s = self.settings
         offset = self.start
-        depth = 1 if self.tags else max(1, s.pipeline_depth)
-        step = max(1, s.max_msg_nums)
-        inflight: Dict[int, tuple] = {}
-        bodies: List[bytes] = []
-        firsts: List[int] = []  # the offset each body's pull started at
-        buffered = 0
-        buffered_msgs = 0
-        failures_since = None
-        backoff = s.retry_backoff
-
-        while offset < self.end:
-            # Keep the current offset and the next grid points requested.
-            try:
-                wanted = [] if offset in inflight else [offset]
-                grid = self.start + ((offset - self.start) // step + 1) * step
-                # Top the pipeline up in bursts (one write each) once half of it has drained.
-                refill = len(inflight) + len(wanted) <= depth // 2
-                while refill and len(inflight) + len(wanted) < depth and grid < self.end:
-                    if grid not in inflight:
-                        wanted.append(grid)
-                    grid += step
-                if wanted:
-                    inflight.update(zip(wanted, self._send(wanted)))
-                address, pending = inflight.pop(offset)
-                result = self.brokers.pull_wait(address, pending, s.pull_timeout)
-            except RocketMQError as exc:
-                # The driver saw this queue when it planned the range: a route that lost it
-                # means its broker is down for now, which is worth waiting for.
-                if not (is_transient(exc) or isinstance(exc, RouteNotFound)):
-                    raise
-                inflight.clear()
-                failures_since = failures_since or time.monotonic()
-                if time.monotonic() - failures_since > s.retry_deadline:
-                    raise
-                self.retries += 1
-                log.info("pull of %s at %d failed (%s); retrying in %.2fs", self.queue.key,
-                         offset, exc, backoff)
-                time.sleep(backoff)
-                backoff = min(backoff * 2, s.retry_backoff_max)
-                self._address = None
+        pulls = _NativePulls(self) if self._native_wanted() else _PythonPulls(self)
+        self.path = pulls.name
+        self._failures_since = None
+        self._backoff = s.retry_backoff
+        try:
+            while offset < self.end:
                 try:
-                    self._address = self.resolve(self.queue, 0, True)
-                except RocketMQError as resolve_error:
-                    log.info("cannot resolve %s yet: %s", self.queue.key, resolve_error)
-                continue
-            self.pulls += 1
-            failures_since, backoff = None, s.retry_backoff
-            if result.suggest_which_broker_id != self._broker_id:
-                self._broker_id = result.suggest_which_broker_id
-                self._address = None
-            nxt = result.next_begin_offset
-            status = result.status
-
-            if status is PullStatus.FOUND:
-                if nxt <= offset:
-                    raise RocketMQError(f"broker answered FOUND for {self.queue.key} at {offset} "
-                                        f"with nextBeginOffset {nxt}; refusing to loop")
-                body = self._trim(result.body) if nxt > self.end else result.body
-                bodies.append(body)
-                firsts.append(offset)
-                buffered += len(body)
-                buffered_msgs += min(nxt, self.end) - offset
-                offset = nxt
-            elif status is PullStatus.NO_MATCHED_MSG:
-                if nxt > offset:
-                    offset = nxt
-                else:  # a slave that suppresses corrections answers so: pause and ask again
-                    inflight.clear()
-                    time.sleep(backoff)
-                    backoff = min(backoff * 2, s.retry_backoff_max)
-            elif status is PullStatus.OFFSET_ILLEGAL:
-                inflight.clear()
-                if nxt > offset:  # below min: retention deleted [offset, min)
-                    lost_end = min(nxt, self.end)
-                    self._lose(offset, lost_end, f"retention moved the queue's min offset to "
-                                                 f"{result.min_offset}")
-                    offset = lost_end
-                else:  # above max, or the queue is empty: nothing left of [offset, end)
-                    self._lose(offset, self.end, f"the queue's max offset is now "
-                                                 f"{result.max_offset}")
-                    offset = self.end
-            else:  # NO_NEW_MSG before the planned end
-                inflight.clear()
-                failures_since = failures_since or time.monotonic()
-                if time.monotonic() - failures_since > min(s.retry_deadline, s.pull_timeout):
-                    self._lose(offset, self.end,
-                               f"the broker has messages only up to {result.max_offset}")
-                    offset = self.end
-                else:
-                    time.sleep(backoff)
-                    backoff = min(backoff * 2, s.retry_backoff_max)
+                    offset, result = pulls.advance(offset)
+                except RocketMQError as exc:
+                    # The driver saw this queue when it planned the range: a route that lost
+                    # it means its broker is down for now, which is worth waiting for.
+                    if not (is_transient(exc) or isinstance(exc, RouteNotFound)):
+                        raise
+                    pulls.abandon()
+                    self._failures_since = self._failures_since or time.monotonic()
+                    if time.monotonic() - self._failures_since > s.retry_deadline:
+                        raise
+                    self.retries += 1
+                    log.info("pull of %s at %d failed (%s); retrying in %.2fs",
+                             self.queue.key, offset, exc, self._backoff)
+                    self._pause()
                     self._address = None
+                    try:
+                        self._address = self.resolve(self.queue, 0, True)
+                    except RocketMQError as resolve_error:
+                        log.info("cannot resolve %s yet: %s", self.queue.key, resolve_error)
+                    continue
+                self._failures_since, self._backoff = None, s.retry_backoff
+                if result is not None:
+                    offset = self._apply(result, offset, pulls)
+                if pulls.full() or (offset >= self.end and pulls.buffered()):
+                    batch = pulls.decode()
+                    if batch.num_rows:
+                        yield batch
+        finally:
+            pulls.close()
+            self.pulls = pulls.count()
 
-            for stale in [k for k in inflight if k < offset]:
-                del inflight[stale]  # answers for skipped offsets are dropped on arrival
-            if bodies and (buffered >= s.batch_max_bytes or buffered_msgs >= s.batch_max_messages
-                           or offset >= self.end):
-                batch = self._decode(bodies, firsts)
-                bodies, firsts, buffered, buffered_msgs = [], [], 0, 0
-                if batch.num_rows:
-                    yield batch
+    def _native_wanted(self) -> bool:
+        config = self.brokers.remoting.config
+        return (self.settings.native and native_pull.available() and config.tls is None
+                and config.credentials is None)
+
+    def _pause(self) -> None:
+        time.sleep(self._backoff)
+        self._backoff = min(self._backoff * 2, self.settings.retry_backoff_max)
+
+    def _apply(self, result: PullResult, offset: int, pulls: "_Pulls") -> int:
+        """Act on the answer to the pull at ``offset``; returns where to continue."""
+        s = self.settings
+        pulls.counted += 1
+        if result.suggest_which_broker_id != self._broker_id:
+            self._broker_id = result.suggest_which_broker_id
+            self._address = None
+            pulls.moved()
+        nxt = result.next_begin_offset
+        status = result.status
+        if status is PullStatus.FOUND:
+            if nxt <= offset:
+                raise RocketMQError(f"broker answered FOUND for {self.queue.key} at {offset} "
+                                    f"with nextBeginOffset {nxt}; refusing to loop")
+            body = self._trim(result.body) if nxt > self.end else result.body
+            pulls.add(body, offset, min(nxt, self.end) - offset)
+            return nxt
+        if status is PullStatus.NO_MATCHED_MSG:
+            if nxt > offset:
+                return nxt
+            pulls.abandon()  # a slave that suppresses corrections answers so: pause, ask again
+            self._pause()
+            return offset
+        if status is PullStatus.OFFSET_ILLEGAL:
+            pulls.abandon()
+            if nxt > offset:  # below min: retention deleted [offset, min)
+                lost_end = min(nxt, self.end)
+                self._lose(offset, lost_end, f"retention moved the queue's min offset to "
+                                             f"{result.min_offset}")
+                return lost_end
+            # above max, or the queue is empty: nothing left of [offset, end)
+            self._lose(offset, self.end, f"the queue's max offset is now {result.max_offset}")
+            return self.end
+        # NO_NEW_MSG before the planned end
+        pulls.abandon()
+        self._failures_since = self._failures_since or time.monotonic()
+        if time.monotonic() - self._failures_since > min(s.retry_deadline, s.pull_timeout):
+            self._lose(offset, self.end, f"the broker has messages only up to "
+                                         f"{result.max_offset}")
+            return self.end
+        self._pause()
+        self._address = None
+        return offset
 
     def _corrupt(self, bodies: List[bytes], firsts: List[int], exc: MessageDecodeError
                  ) -> MessageDecodeError:
@@ -286,13 +281,15 @@ class QueueRangeReader:
                 return claimed
         return None
 
-    def _decode(self, bodies: List[bytes], firsts: List[int]) -> pa.RecordBatch:
+    def _decode(self, data, pieces: Callable[[], Tuple[List, List[int]]]) -> pa.RecordBatch:
+        """``data``: the bodies of a batch back to back; ``pieces()`` gives each pull's body and
+        the offset it started at, asked for only to report a corrupt record."""
         s = self.settings
         try:
-            batch = decode_columns(join(bodies), verify_crc=s.verify_crc,
+            batch = decode_columns(data, verify_crc=s.verify_crc,
                                    properties=s.properties, offset_ids=s.offset_ids)
         except MessageDecodeError as exc:
-            raise self._corrupt(bodies, firsts, exc) from None
+            raise self._corrupt(*pieces(), exc) from None
         offsets = batch.column("queue_offset")
         if batch.num_rows and offsets[-1].as_py() >= self.end:
             batch = batch.filter(pc.less(offsets, self.end))
@@ -303,3 +300,234 @@ class QueueRangeReader:
             batch = batch.filter(keep)
             self.filtered_out += before - batch.num_rows
         return batch
+
+
+def _split(data: bytes, pieces: List[Tuple[int, int]]) -> Tuple[List[bytes], List[int]]:
+    """The native loop's output cut back into each pull's body, with its first offset."""
+    bodies, firsts = [], []
+    for k, (start, first) in enumerate(pieces):
+        stop = pieces[k + 1][0] if k + 1 < len(pieces) else len(data)
+        bodies.append(data[start:stop])
+        firsts.append(first)
+    return bodies, firsts
+
+
+class _Pulls:
+    """How a reader gets answers: a pipeline of pulls and the bodies of the batch being filled.
+
+    ``advance(offset)`` returns ``(offset, result)``: the offset after the FOUND answers it
+    consumed itself and the answer (a :class:`PullResult`) the reader must act on, or ``None``
+    when the batch is full or the range's end reached."""
+
+    name = ""
+
+    def __init__(self, reader: QueueRangeReader):
+        self.reader = reader
+        self.settings = reader.settings
+        self.counted = 0  # answers the reader acted on
+        self.step = max(1, self.settings.max_msg_nums)
+        self.depth = 1 if reader.tags else max(1, self.settings.pipeline_depth)
+        self.bodies: List = []
+        self.firsts: List[int] = []
+        self.nbytes = 0
+        self.messages = 0
+
+    def add(self, body, first: int, messages: int) -> None:
+        self.bodies.append(body)
+        self.firsts.append(first)
+        self.nbytes += len(body)
+        self.messages += messages
+
+    def buffered(self) -> bool:
+        return bool(self.bodies)
+
+    def full(self) -> bool:
+        s = self.settings
+        return bool(self.bodies) and (self.nbytes >= s.batch_max_bytes
+                                      or self.messages >= s.batch_max_messages)
+
+    def decode(self) -> pa.RecordBatch:
+        bodies, firsts = self.bodies, self.firsts
+        self.bodies, self.firsts, self.nbytes, self.messages = [], [], 0, 0
+        return self.reader._decode(join(bodies), lambda: (bodies, firsts))
+
+    def moved(self) -> None:
+        """The broker sent the reader elsewhere (suggestWhichBrokerId)."""
+        self.abandon()
+
+    def count(self) -> int:
+        return self.counted
+
+    def abandon(self) -> None: ...
+
+    def close(self) -> None:
+        self.abandon()
+
+
+class _PythonPulls(_Pulls):
+    """The pure-Python pipeline: the same algorithm as native/rmq_pull.c, one answer at a time.
+
+    Requests ask for ``step`` messages at contiguous offsets; a capped answer teaches the step
+    (so a broker serving 32 messages a pull is asked for 32), and an answer that stops short
+    leaves a gap that is requested at once for exactly what is missing."""
+
+    name = "python"
+
+    def __init__(self, reader: QueueRangeReader):
+        super().__init__(reader)
+        self.inflight: Dict[int, Tuple[int, str, tuple]] = {}  # offset -> (nums, address, pending)
+        self.full_streak = 0
+
+    def _plan(self, offset: int) -> List[Tuple[int, int]]:
+        end = self.reader.end
+        wanted = []
+        covered, next_start = offset, None
+        for start, (nums, _, _) in self.inflight.items():
+            if start > offset and (next_start is None or start < next_start):
+                next_start = start
+            covered = max(covered, start + nums)
+        if offset not in self.inflight:
+            limit = min(next_start, end) if next_start is not None else end
+            nums = self.settings.max_msg_nums if self.reader.tags else min(self.step,
+                                                                           limit - offset)
+            wanted.append((offset, nums))
+            covered = max(covered, offset + nums)
+        if not self.reader.tags and len(self.inflight) + len(wanted) <= self.depth // 2:
+            while len(self.inflight) + len(wanted) < self.depth and covered < end:
+                nums = min(self.step, end - covered)
+                wanted.append((covered, nums))
+                covered += nums
+        return wanted
+
+    def advance(self, offset: int):
+        r = self.reader
+        for stale in [k for k in self.inflight if k < offset]:
+            del self.inflight[stale]  # answers for skipped offsets are dropped on arrival
+        if offset >= r.end or self.full():
+            return offset, None
+        wanted = self._plan(offset)
+        if wanted:
+            address = r._resolve()
+            sent = r.brokers.pull_many_async(address, [r._request(o, n) for o, n in wanted])
+            for (o, n), pending in zip(wanted, sent):
+                self.inflight[o] = (n, address, pending)
+        nums, address, pending = self.inflight.pop(offset)
+        result = r.brokers.pull_wait(address, pending, self.settings.pull_timeout)
+        if result.status is PullStatus.FOUND and not r.tags:
+            self._learn(result.next_begin_offset - offset, nums, result.next_begin_offset)
+        return offset, result
+
+    def _learn(self, got: int, nums: int, nxt: int) -> None:
+        if nxt >= self.reader.end:
+            return
+        if got < nums:
+            self.step, self.full_streak = max(1, got), 0
+        elif got == nums == self.step:
+            self.full_streak += 1
+            if self.full_streak >= 64:  # now and then, ask whether the cap has grown
+                self.full_streak = 0
+                self.step = min(self.settings.max_msg_nums, self.step * 2)
+
+    def abandon(self) -> None:
+        self.inflight.clear()
+
+
+class _NativePulls(_Pulls):
+    """The native loop (native/rmq_pull.c): FOUND answers are consumed in C, their bodies kept
+    in the loop's buffer; everything else comes back as a :class:`PullResult`."""
+
+    name = "native"
+
+    def __init__(self, reader: QueueRangeReader):
+        super().__init__(reader)
+        self.puller = None
+        self.conn = None
+        self.native_pulls = 0  # FOUND answers consumed by earlier loops of this reader
+
+    def _loop(self):
+        r = self.reader
+        address = r._resolve()
+        conn = r.brokers.remoting.connection(address)
+        if self.puller is None or conn is not self.conn or conn.closed:
+            self._retire()
+            puller = native_pull.make_puller(
+                conn, r._request(r.start), r.end, self.depth, bool(r.tags), r._broker_id,
+                r.brokers.remoting.config.version)
+            if puller is None:
+                raise RuntimeError(f"connection to {address} cannot run the native pull loop")
+            self.puller, self.conn = puller, conn
+        return self.puller
+
+    def advance(self, offset: int):
+        s = self.settings
+        if offset >= self.reader.end or self.full():
+            return offset, None
+        puller = self._loop()
+        reason, offset, response = self.conn.run_puller(
+            puller, offset, s.pull_timeout, max(0, s.batch_max_messages - self.messages),
+            max(0, s.batch_max_bytes - self.nbytes))
+        if reason != PULL_RESPONSE:
+            return offset, None
+        return offset, pull_result(response, "PULL_MESSAGE", self.conn.address)
+
+    def _retire(self) -> None:
+        """Move the old loop's output to Python and forget its requests."""
+        puller, self.puller, self.conn = self.puller, None, None
+        if puller is None:
+            return
+        puller.abandon()
+        self.native_pulls += puller.pulls
+        self._take_output(puller)
+
+    def _take_output(self, puller) -> None:
+        if puller.nbytes or puller.messages:
+            bodies, firsts = _split(bytes(memoryview(puller)), puller.pieces())
+            self.bodies.extend(bodies)
+            self.firsts.extend(firsts)
+            self.nbytes += puller.nbytes
+            self.messages += puller.messages
+            puller.clear()
+
+    def add(self, body, first: int, messages: int) -> None:
+        if self.puller is not None:
+            self.puller.append(body, first, messages)
+        else:
+            super().add(body, first, messages)
+
+    def _native_bytes(self) -> int:
+        return self.puller.nbytes if self.puller is not None else 0
+
+    def buffered(self) -> bool:
+        return bool(self.bodies) or self._native_bytes() > 0 or (
+            self.puller is not None and self.puller.messages > 0)
+
+    def full(self) -> bool:
+        s = self.settings
+        messages = self.messages + (self.puller.messages if self.puller is not None else 0)
+        nbytes = self.nbytes + self._native_bytes()
+        return self.buffered() and (nbytes >= s.batch_max_bytes
+                                    or messages >= s.batch_max_messages)
+
+    def decode(self) -> pa.RecordBatch:
+        puller = self.puller
+        if puller is None or self.bodies:
+            if puller is not None:
+                self._take_output(puller)
+            return super().decode()
+        with memoryview(puller) as view:  # decoded in place; released before clear()
+            batch = self.reader._decode(view, lambda: _split(bytes(view), puller.pieces()))
+        puller.clear()
+        return batch
+
+    def moved(self) -> None:
+        self._retire()
+
+    def abandon(self) -> None:
+        if self.puller is not None:
+            self.puller.abandon()
+
+    def close(self) -> None:
+        self._retire()
+
+    def count(self) -> int:
+        return self.counted + self.native_pulls + (self.puller.pulls if self.puller else 0)

@@ -51,6 +51,7 @@ class ServerConnection(asyncio.Protocol):
         self.peer = "127.0.0.1:0"
         self.closed = False
         self.tls = False
+        self._corked: Optional[list] = None  # answers held until the chunk is handled
 
     # asyncio callbacks -------------------------------------------------------------
 
@@ -79,10 +80,18 @@ class ServerConnection(asyncio.Protocol):
             log.warning("%s: closing %s: %s", self.server.name, self.peer, exc)
             self.close()
             return
-        for cmd in commands:
-            if self.closed:
-                return
-            self.server.dispatch(self, cmd)
+        # Clients pipeline requests (our reader sends 8 pulls in one write): their answers go
+        # out in one write too, instead of two system calls each.
+        self._corked = []
+        try:
+            for cmd in commands:
+                if self.closed:
+                    return
+                self.server.dispatch(self, cmd)
+        finally:
+            corked, self._corked = self._corked, None
+            if corked and not self.closed and self.transport is not None:
+                self.transport.write(corked[0] if len(corked) == 1 else b"".join(corked))
 
     def connection_lost(self, exc) -> None:
         self.closed = True
@@ -91,8 +100,15 @@ class ServerConnection(asyncio.Protocol):
     # sending -----------------------------------------------------------------------
 
     def send(self, cmd: RemotingCommand) -> None:
-        if not self.closed and self.transport is not None:
-            self.transport.write(encode_frame_head(cmd))
+        if self.closed or self.transport is None:
+            return
+        head = encode_frame_head(cmd)
+        if self._corked is not None:
+            self._corked.append(head)
+            if cmd.body:
+                self._corked.append(cmd.body)
+        else:
+            self.transport.write(head)
             if cmd.body:  # pull bodies are large: no copy into a joined frame
                 self.transport.write(cmd.body)
 

@@ -18,6 +18,12 @@ from .codes import (
     SerializeType, code_name,
 )
 
+try:  # the optional C accelerator: the binary header codec (native/rmq_header.c)
+    from ... import _native
+    _native_codec = _native if hasattr(_native, "decode_binary_header") else None
+except ImportError:  # pragma: no cover - depends on the build
+    _native_codec = None
+
 _INT = struct.Struct(">i")
 _UINT = struct.Struct(">I")
 _BIN_FIXED = struct.Struct(">hBhii")  # code, language, version, opaque, flag
@@ -170,6 +176,15 @@ def encode_binary_header(cmd: RemotingCommand) -> bytes:
     if not (-0x8000 <= cmd.code <= 0x7FFF and -0x8000 <= cmd.version <= 0x7FFF):
         raise ValueError(f"code {cmd.code} and version {cmd.version} must fit the ROCKETMQ "
                          "header's 16-bit fields; send such requests with a JSON header")
+    if _native_codec is not None:
+        return _native_codec.encode_binary_header(
+            cmd.code, LANGUAGE_CODES.get(cmd.language, 7), cmd.version, cmd.opaque, cmd.flag,
+            cmd.remark, cmd.ext_fields)
+    return _encode_binary_header_py(cmd)
+
+
+def _encode_binary_header_py(cmd: RemotingCommand) -> bytes:
+    """The pure-Python encoder (the reference for native/rmq_header.c)."""
     out = bytearray(_BIN_FIXED.pack(cmd.code, LANGUAGE_CODES.get(cmd.language, 7), cmd.version,
                                     cmd.opaque, cmd.flag))
     remark = cmd.remark.encode("utf-8") if cmd.remark else b""
@@ -186,6 +201,21 @@ def encode_binary_header(cmd: RemotingCommand) -> bytes:
 
 
 def decode_binary_header(data: bytes, body: bytes = b"") -> RemotingCommand:
+    if _native_codec is not None:
+        fields = _native_codec.decode_binary_header(data)
+        if fields is not None:
+            code, lang, version, opaque, flag, remark, ext = fields
+            return RemotingCommand(code=code, ext_fields=ext, body=body, flag=flag,
+                                   opaque=opaque,
+                                   language=LANGUAGES[lang] if lang < len(LANGUAGES) else "OTHER",
+                                   version=version, remark=remark,
+                                   serialize_type=SerializeType.ROCKETMQ)
+        # malformed: the Python decoder names the fault
+    return _decode_binary_header_py(data, body)
+
+
+def _decode_binary_header_py(data: bytes, body: bytes = b"") -> RemotingCommand:
+    """The pure-Python decoder (the reference for native/rmq_header.c)."""
     n = len(data)
     if n < _BIN_FIXED.size + 8:
         raise ProtocolError(f"ROCKETMQ header is {n} bytes, shorter than its fixed part (21)",
@@ -339,3 +369,14 @@ class FrameDecoder:
     def pending(self) -> int:
         """Bytes buffered that do not yet make a whole frame."""
         return len(self._buf)
+
+    def take(self) -> bytes:
+        """Hand the buffered bytes to another reader of the stream (the native pull loop),
+        which gives back what it does not frame with :meth:`feed`."""
+        data = bytes(self._buf)
+        del self._buf[:]
+        return data
+
+    def skip(self, consumed: int) -> None:
+        """Count ``consumed`` bytes another reader framed, so error positions stay right."""
+        self.stream_offset += consumed

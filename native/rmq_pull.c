@@ -1,0 +1,1000 @@
+/*
+ * rocketmq_spark._native.Puller: the pull loop of one queue range, in C.
+ *
+ * At a genuine broker's default caps (32 messages / 256 KiB a pull) a pull answer carries a
+ * few kilobytes, so what each pull costs in Python (encoding a request, a system call or two,
+ * decoding a header, the objects made per answer) decides the read rate, not the decoding of
+ * the messages. This loop keeps a pipeline of PULL_MESSAGE requests in flight on one socket,
+ * encodes each request by patching a template (the ROCKETMQ binary header built once in
+ * Python), reads and frames the answers, parses their headers (binary or JSON) and appends the
+ * bodies of FOUND answers to one buffer, with the GIL released around every system call.
+ * Python sees one call per batch of thousands of messages, plus one for each answer that is
+ * not a plain FOUND (every other pull status, a header it cannot parse, a frame for someone
+ * else), which the Python reader handles exactly as its pure-Python twin does
+ * (rocketmq_spark/client/reader.py holds both, and the reference for the semantics).
+ *
+ * Pipeline: requests ask for ``step`` messages each at contiguous offsets (offset, offset+step,
+ * ...), ``depth`` at most in flight, topped up in one write once half have been answered. The
+ * step is learned from the broker: an answer capped below what was asked sets it, so a broker
+ * serving 32 (or 8) messages a pull is asked for exactly that. An answer that stops short
+ * leaves a gap before the next request in flight, which is requested at once for exactly the
+ * missing count, so variable message sizes (a byte cap) do not break the pipeline. Answers may
+ * arrive in any order; those ahead of the current offset are kept until it reaches them.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <stddef.h>
+#include <poll.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "rmq_pull.h"
+
+#define MAX_FRAME (16 * 1024 * 1024)
+#define MAX_DEPTH 64
+#define DROPPED_RING 128
+#define RECV_CHUNK (256 * 1024)
+#define MIN_RECORD_WALK 28
+
+/* run() results */
+enum { R_BATCH = 0, R_END = 1, R_RESPONSE = 2, R_FOREIGN = 3, R_TIMEOUT = 4, R_CLOSED = 5,
+       R_ERROR = 6, R_PROTOCOL = 7 };
+
+/* What the loop needs of one answer's header. */
+typedef struct {
+    int32_t code, flag, opaque;
+    int64_t next_begin, suggest, delta;
+    int has_next, parsed; /* parsed: the fields above are trustworthy */
+} head_t;
+
+typedef struct {
+    int64_t offset;
+    int32_t nums;
+    int32_t opaque;
+    int arrived;      /* 1 = answer kept in frame/frame_len */
+    char *frame;      /* the whole payload after the length prefix (header + body) */
+    Py_ssize_t frame_len;
+    head_t head;
+    Py_ssize_t body_at; /* body start within frame */
+} flight_t;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *weakrefs;
+    int fd;
+    PyObject *sock, *send_lock, *opaques;
+    char *tmpl;                 /* request frame without maxMsgNums and queueOffset */
+    Py_ssize_t tmpl_len;
+    int32_t tmpl_ext_len;
+    int64_t end;
+    int32_t max_nums, step, depth, full_streak;
+    int64_t broker_id;
+    int filtered;               /* tag filter: one pull at a time, counts are not steps */
+    flight_t flights[MAX_DEPTH];
+    int nflights;
+    int32_t dropped[DROPPED_RING];
+    int ndropped, dropped_at;
+    char *rbuf;                 /* received bytes not yet framed: rbuf[rpos:rlen] */
+    Py_ssize_t rcap, rlen, rpos;
+    char *out;                  /* bodies of FOUND answers, back to back */
+    Py_ssize_t ocap, olen;
+    int64_t *pieces;            /* (start in out, first offset) per appended body */
+    Py_ssize_t npieces, pcap;
+    int64_t out_msgs;
+    int exports;
+    int64_t pulls, requests, gap_requests;
+    int64_t consumed;           /* bytes framed since the last rest() */
+    char *sbuf;                 /* requests being built */
+    Py_ssize_t scap, slen;
+} Puller;
+
+/* ------------------------------------------------------------------ small helpers */
+
+static inline int32_t rd32(const uint8_t *p) {
+    return (int32_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]);
+}
+static inline int16_t rd16(const uint8_t *p) { return (int16_t)((uint16_t)p[0] << 8 | p[1]); }
+static inline void wr32(uint8_t *p, uint32_t v) {
+    p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;
+}
+static inline int64_t rd64(const uint8_t *p) {
+    return (int64_t)((uint64_t)(uint32_t)rd32(p) << 32 | (uint32_t)rd32(p + 4));
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int grow(char **buf, Py_ssize_t *cap, Py_ssize_t need) {
+    if (need <= *cap) return 0;
+    Py_ssize_t n = *cap ? *cap : 4096;
+    while (n < need) n *= 2;
+    char *p = PyMem_Realloc(*buf, n);
+    if (!p) { PyErr_NoMemory(); return -1; }
+    *buf = p;
+    *cap = n;
+    return 0;
+}
+
+/* Decimal text (optional '-', 1..19 digits) to int64; -1 if it is anything else. */
+static int parse_dec(const uint8_t *s, Py_ssize_t n, int64_t *out) {
+    int neg = 0;
+    if (n > 0 && s[0] == '-') { neg = 1; s++; n--; }
+    if (n <= 0 || n > 18) return -1;
+    int64_t v = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = neg ? -v : v;
+    return 0;
+}
+
+/* The ext fields a pull answer's handling needs; 1 if the key is one of them. */
+static int take_field(head_t *h, const uint8_t *k, Py_ssize_t kl, const uint8_t *v,
+                      Py_ssize_t vl, int *bad) {
+    int64_t *dst = NULL;
+    if (kl == 15 && memcmp(k, "nextBeginOffset", 15) == 0) { dst = &h->next_begin; h->has_next = 1; }
+    else if (kl == 20 && memcmp(k, "suggestWhichBrokerId", 20) == 0) dst = &h->suggest;
+    else if (kl == 11 && memcmp(k, "offsetDelta", 11) == 0) dst = &h->delta;
+    else return 0;
+    if (vl == 0) { *dst = 0; return 1; }  /* Python reads "" as the default, 0 */
+    if (parse_dec(v, vl, dst) < 0) *bad = 1;
+    return 1;
+}
+
+/* ROCKETMQ binary header (see rocketmq_spark/client/protocol/frame.py). 0 ok, -1 malformed. */
+static int parse_binary(const uint8_t *h, Py_ssize_t n, head_t *out) {
+    if (n < 21) return -1;
+    out->code = rd16(h);
+    out->opaque = rd32(h + 5);
+    out->flag = rd32(h + 9);
+    Py_ssize_t pos = 13;
+    int32_t rl = rd32(h + pos);
+    pos += 4;
+    if (rl < 0 || pos + rl + 4 > n) return -1;
+    pos += rl;
+    int32_t el = rd32(h + pos);
+    pos += 4;
+    if (el < 0 || pos + el != n) return -1;
+    int bad = 0;
+    while (pos < n) {
+        if (pos + 2 > n) return -1;
+        int16_t kl = rd16(h + pos);
+        if (kl < 0 || pos + 2 + kl + 4 > n) return -1;
+        const uint8_t *k = h + pos + 2;
+        pos += 2 + kl;
+        int32_t vl = rd32(h + pos);
+        if (vl < 0 || pos + 4 + vl > n) return -1;
+        take_field(out, k, kl, h + pos + 4, vl, &bad);
+        pos += 4 + vl;
+    }
+    out->parsed = !bad;
+    return 0;
+}
+
+/* ---- a small JSON reader for fastjson's flat command header */
+
+static const uint8_t *ws(const uint8_t *p, const uint8_t *e) {
+    while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+    return p;
+}
+
+/* A string at p ('"'); sets s/len to its raw contents and esc if it has escapes. */
+static const uint8_t *jstring(const uint8_t *p, const uint8_t *e, const uint8_t **s,
+                              Py_ssize_t *len, int *esc) {
+    if (p >= e || *p != '"') return NULL;
+    p++;
+    *s = p;
+    *esc = 0;
+    while (p < e && *p != '"') {
+        if (*p == '\\') { *esc = 1; p++; if (p >= e) return NULL; }
+        else if (*p < 0x20) return NULL;
+        p++;
+    }
+    if (p >= e) return NULL;
+    *len = p - *s;
+    return p + 1;
+}
+
+/* Any value at p, skipped; NULL if it is not JSON. */
+static const uint8_t *jskip(const uint8_t *p, const uint8_t *e, int depth) {
+    p = ws(p, e);
+    if (p >= e || depth > 32) return NULL;
+    if (*p == '"') {
+        const uint8_t *s; Py_ssize_t l; int esc;
+        return jstring(p, e, &s, &l, &esc);
+    }
+    if (*p == '{' || *p == '[') {
+        uint8_t close = *p == '{' ? '}' : ']';
+        int obj = *p == '{';
+        p = ws(p + 1, e);
+        if (p < e && *p == close) return p + 1;
+        for (;;) {
+            if (obj) {
+                const uint8_t *s; Py_ssize_t l; int esc;
+                p = jstring(ws(p, e), e, &s, &l, &esc);
+                if (!p) return NULL;
+                p = ws(p, e);
+                if (p >= e || *p != ':') return NULL;
+                p++;
+            }
+            p = jskip(p, e, depth + 1);
+            if (!p) return NULL;
+            p = ws(p, e);
+            if (p >= e) return NULL;
+            if (*p == ',') { p++; continue; }
+            if (*p == close) return p + 1;
+            return NULL;
+        }
+    }
+    if (*p == '-' || (*p >= '0' && *p <= '9')) {
+        p++;
+        while (p < e && ((*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' || *p == 'E' ||
+                         *p == '+' || *p == '-')) p++;
+        return p;
+    }
+    if (e - p >= 4 && (memcmp(p, "true", 4) == 0 || memcmp(p, "null", 4) == 0)) return p + 4;
+    if (e - p >= 5 && memcmp(p, "false", 5) == 0) return p + 5;
+    return NULL;
+}
+
+/* A JSON integer at p (no fraction or exponent) into *v; NULL otherwise. */
+static const uint8_t *jint(const uint8_t *p, const uint8_t *e, int64_t *v) {
+    const uint8_t *s = p;
+    if (p < e && *p == '-') p++;
+    while (p < e && *p >= '0' && *p <= '9') p++;
+    if (p == s || (p < e && (*p == '.' || *p == 'e' || *p == 'E'))) return NULL;
+    if (parse_dec(s, p - s, v) < 0) return NULL;
+    return p;
+}
+
+/* fastjson's header: code, flag, opaque and the wanted extFields. -1 if it cannot be read
+ * here (Python's json module then decides); parsed=0 if a wanted field is odd. */
+static int parse_json(const uint8_t *p, Py_ssize_t n, head_t *out) {
+    const uint8_t *e = p + n;
+    int have = 0, bad = 0;
+    if (n >= 3 && p[0] == 0xEF && p[1] == 0xBB && p[2] == 0xBF) p += 3;
+    p = ws(p, e);
+    if (p >= e || *p != '{') return -1;
+    p = ws(p + 1, e);
+    if (p < e && *p == '}') return -1;
+    for (;;) {
+        const uint8_t *k; Py_ssize_t kl; int esc;
+        p = jstring(ws(p, e), e, &k, &kl, &esc);
+        if (!p || esc) return -1;
+        p = ws(p, e);
+        if (p >= e || *p != ':') return -1;
+        p = ws(p + 1, e);
+        int64_t v;
+        if ((kl == 4 && memcmp(k, "code", 4) == 0) || (kl == 4 && memcmp(k, "flag", 4) == 0) ||
+            (kl == 6 && memcmp(k, "opaque", 6) == 0)) {
+            p = jint(p, e, &v);
+            if (!p || v < INT32_MIN || v > INT32_MAX) return -1;
+            if (k[0] == 'c') { out->code = (int32_t)v; have |= 1; }
+            else if (k[0] == 'f') { out->flag = (int32_t)v; have |= 2; }
+            else { out->opaque = (int32_t)v; have |= 4; }
+        } else if (kl == 9 && memcmp(k, "extFields", 9) == 0 && p < e && *p == '{') {
+            p = ws(p + 1, e);
+            if (p < e && *p == '}') p++;
+            else for (;;) {
+                const uint8_t *fk, *fv; Py_ssize_t fkl, fvl; int fesc, vesc = 0;
+                p = jstring(ws(p, e), e, &fk, &fkl, &fesc);
+                if (!p) return -1;
+                p = ws(p, e);
+                if (p >= e || *p != ':') return -1;
+                p = ws(p + 1, e);
+                const uint8_t *vstart = p;
+                if (p < e && *p == '"') {
+                    p = jstring(p, e, &fv, &fvl, &vesc);
+                } else {
+                    p = jskip(p, e, 1);
+                    fv = vstart;
+                    fvl = p ? p - vstart : 0;
+                }
+                if (!p) return -1;
+                if (!fesc) {
+                    head_t tmp = *out;
+                    int odd = 0;
+                    if (take_field(&tmp, fk, fkl, fv, fvl, &odd)) {
+                        if (vesc || odd) bad = 1;
+                        else *out = tmp;
+                    }
+                }
+                p = ws(p, e);
+                if (p < e && *p == ',') { p++; continue; }
+                if (p < e && *p == '}') { p++; break; }
+                return -1;
+            }
+        } else {
+            p = jskip(p, e, 1);
+            if (!p) return -1;
+        }
+        p = ws(p, e);
+        if (p < e && *p == ',') { p++; continue; }
+        if (p < e && *p == '}') { p++; break; }
+        return -1;
+    }
+    if (ws(p, e) != e || !(have & 1)) return -1;
+    out->parsed = !bad;
+    return 0;
+}
+
+/* Header of one frame payload (after the length prefix). -1: framing is wrong (Python
+ * reports it); 1: readable framing but a header only Python can judge. */
+static int parse_frame(const uint8_t *f, Py_ssize_t n, head_t *h, Py_ssize_t *body_at) {
+    memset(h, 0, sizeof(*h));
+    if (n < 4) return -1;
+    uint32_t word = (uint32_t)rd32(f);
+    uint32_t ser = word >> 24, hl = word & 0xFFFFFF;
+    if (4 + (Py_ssize_t)hl > n) return -1;
+    *body_at = 4 + hl;
+    if (ser == 1) return parse_binary(f + 4, hl, h) < 0 ? 1 : 0;
+    if (ser == 0) return parse_json(f + 4, hl, h) < 0 ? 1 : 0;
+    return 1;
+}
+
+/* ------------------------------------------------------------------ the object */
+
+static void flight_free(flight_t *fl) {
+    PyMem_Free(fl->frame);
+    fl->frame = NULL;
+    fl->arrived = 0;
+}
+
+static void drop_opaque(Puller *self, int32_t opaque) {
+    self->dropped[self->dropped_at] = opaque;
+    self->dropped_at = (self->dropped_at + 1) % DROPPED_RING;
+    if (self->ndropped < DROPPED_RING) self->ndropped++;
+}
+
+static int is_dropped(Puller *self, int32_t opaque) {
+    for (int i = 0; i < self->ndropped; i++)
+        if (self->dropped[i] == opaque) return 1;
+    return 0;
+}
+
+static void remove_flight(Puller *self, int i, int dropped) {
+    if (dropped && !self->flights[i].arrived) drop_opaque(self, self->flights[i].opaque);
+    flight_free(&self->flights[i]);
+    self->flights[i] = self->flights[--self->nflights];
+    memset(&self->flights[self->nflights], 0, sizeof(flight_t));
+}
+
+static int find_flight(Puller *self, int64_t offset) {
+    for (int i = 0; i < self->nflights; i++)
+        if (self->flights[i].offset == offset) return i;
+    return -1;
+}
+
+static void drop_stale(Puller *self, int64_t offset) {
+    for (int i = self->nflights - 1; i >= 0; i--)
+        if (self->flights[i].offset < offset) remove_flight(self, i, 1);
+}
+
+static void Puller_dealloc(Puller *self) {
+    if (self->weakrefs) PyObject_ClearWeakRefs((PyObject *)self);
+    for (int i = 0; i < self->nflights; i++) flight_free(&self->flights[i]);
+    PyMem_Free(self->tmpl);
+    PyMem_Free(self->rbuf);
+    PyMem_Free(self->out);
+    PyMem_Free(self->pieces);
+    PyMem_Free(self->sbuf);
+    Py_XDECREF(self->sock);
+    Py_XDECREF(self->send_lock);
+    Py_XDECREF(self->opaques);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Puller(sock, send_lock, opaques, template, end, max_nums, depth, filtered) */
+static int Puller_init(Puller *self, PyObject *args, PyObject *kw) {
+    static char *names[] = {"sock", "send_lock", "opaques", "template", "end", "max_nums",
+                            "depth", "filtered", NULL};
+    PyObject *sock, *lock, *opaques;
+    Py_buffer tmpl;
+    long long end;
+    int max_nums, depth, filtered = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOy*Lii|p", names, &sock, &lock, &opaques,
+                                     &tmpl, &end, &max_nums, &depth, &filtered))
+        return -1;
+    const uint8_t *t = tmpl.buf;
+    if (tmpl.len < 29 || t[4] != 1 || rd32(t + 21) != 0 ||
+        rd32(t) != tmpl.len - 4 || (rd32(t + 4) & 0xFFFFFF) != tmpl.len - 8 ||
+        rd32(t + 25) != tmpl.len - 29) {
+        PyBuffer_Release(&tmpl);
+        PyErr_SetString(PyExc_ValueError, "template is not a ROCKETMQ-header request frame "
+                                          "without remark");
+        return -1;
+    }
+    PyObject *fd_obj = PyObject_CallMethod(sock, "fileno", NULL);
+    if (!fd_obj) { PyBuffer_Release(&tmpl); return -1; }
+    self->fd = (int)PyLong_AsLong(fd_obj);
+    Py_DECREF(fd_obj);
+    if (self->fd < 0) {
+        PyBuffer_Release(&tmpl);
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "socket is closed");
+        return -1;
+    }
+    PyMem_Free(self->tmpl);
+    self->tmpl = PyMem_Malloc(tmpl.len);
+    if (!self->tmpl) { PyBuffer_Release(&tmpl); PyErr_NoMemory(); return -1; }
+    memcpy(self->tmpl, tmpl.buf, tmpl.len);
+    self->tmpl_len = tmpl.len;
+    self->tmpl_ext_len = (int32_t)(tmpl.len - 29);
+    PyBuffer_Release(&tmpl);
+    Py_INCREF(sock); Py_XSETREF(self->sock, sock);
+    Py_INCREF(lock); Py_XSETREF(self->send_lock, lock);
+    Py_INCREF(opaques); Py_XSETREF(self->opaques, opaques);
+    self->end = end;
+    self->max_nums = max_nums < 1 ? 1 : max_nums;
+    self->step = self->max_nums;
+    self->depth = depth < 1 ? 1 : (depth > MAX_DEPTH ? MAX_DEPTH : depth);
+    self->filtered = filtered;
+    if (filtered) self->depth = 1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ sending */
+
+static int append_request(Puller *self, int64_t offset, int32_t nums, int32_t opaque) {
+    char digits[2][24];
+    int dl[2];
+    dl[0] = snprintf(digits[0], sizeof(digits[0]), "%d", (int)nums);
+    dl[1] = snprintf(digits[1], sizeof(digits[1]), "%lld", (long long)offset);
+    Py_ssize_t extra = (2 + 10 + 4 + dl[0]) + (2 + 11 + 4 + dl[1]);
+    Py_ssize_t len = self->tmpl_len + extra;
+    if (grow(&self->sbuf, &self->scap, self->slen + len) < 0) return -1;
+    uint8_t *p = (uint8_t *)self->sbuf + self->slen;
+    memcpy(p, self->tmpl, self->tmpl_len);
+    wr32(p, (uint32_t)(len - 4));
+    wr32(p + 4, (1u << 24) | (uint32_t)(len - 8));
+    wr32(p + 13, (uint32_t)opaque);
+    wr32(p + 25, (uint32_t)(self->tmpl_ext_len + extra));
+    uint8_t *q = p + self->tmpl_len;
+    static const char *keys[2] = {"maxMsgNums", "queueOffset"};
+    for (int i = 0; i < 2; i++) {
+        int kl = (int)strlen(keys[i]);
+        q[0] = 0; q[1] = (uint8_t)kl;
+        memcpy(q + 2, keys[i], kl);
+        wr32(q + 2 + kl, (uint32_t)dl[i]);
+        memcpy(q + 6 + kl, digits[i], dl[i]);
+        q += 6 + kl + dl[i];
+    }
+    self->slen += len;
+    return 0;
+}
+
+/* Pull whatever has arrived into rbuf without blocking; -1 with errno, 0 closed, else 1. */
+static int recv_some(Puller *self, int *closed) {
+    if (self->rpos > 0 && self->rpos == self->rlen) self->rpos = self->rlen = 0;
+    if (self->rcap - self->rlen < RECV_CHUNK) {
+        if (self->rpos > 0) {  /* compact */
+            memmove(self->rbuf, self->rbuf + self->rpos, self->rlen - self->rpos);
+            self->rlen -= self->rpos;
+            self->rpos = 0;
+        }
+        if (grow(&self->rbuf, &self->rcap, self->rlen + RECV_CHUNK) < 0) return -2;
+    }
+    ssize_t got;
+    Py_BEGIN_ALLOW_THREADS
+    got = recv(self->fd, self->rbuf + self->rlen, self->rcap - self->rlen, MSG_DONTWAIT);
+    Py_END_ALLOW_THREADS
+    if (got < 0) return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? 1 : -1;
+    if (got == 0) { *closed = 1; return 0; }
+    self->rlen += got;
+    return 1;
+}
+
+/* Send sbuf[0:slen] whole, under the connection's send lock; reads meanwhile if the socket
+ * is full (so neither side can block on a full buffer). -1 with errno set, -2 Python error,
+ * -3 timed out, 0 ok. */
+static int flush_requests(Puller *self, double deadline, int *closed) {
+    if (!self->slen) return 0;
+    PyObject *r = PyObject_CallMethod(self->send_lock, "acquire", NULL);
+    if (!r) return -2;
+    Py_DECREF(r);
+    int rc = 0;
+    Py_ssize_t sent = 0;
+    while (sent < self->slen) {
+        ssize_t n;
+        Py_BEGIN_ALLOW_THREADS
+        n = send(self->fd, self->sbuf + sent, self->slen - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+        Py_END_ALLOW_THREADS
+        if (n > 0) { sent += n; continue; }
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) { rc = -1; break; }
+        double left = deadline - now_s();
+        if (left <= 0) { rc = -3; break; }
+        struct pollfd pfd = {self->fd, POLLOUT | POLLIN, 0};
+        int pr;
+        Py_BEGIN_ALLOW_THREADS
+        pr = poll(&pfd, 1, (int)(left * 1000) + 1);
+        Py_END_ALLOW_THREADS
+        if (pr > 0 && (pfd.revents & POLLIN)) {
+            int got = recv_some(self, closed);
+            if (got == -2) { rc = -2; break; }
+            if (got < 0) { rc = -1; break; }
+            if (*closed) { rc = -1; errno = ECONNRESET; break; }
+        }
+    }
+    int saved = errno;
+    r = PyObject_CallMethod(self->send_lock, "release", NULL);
+    if (!r) return -2;
+    Py_DECREF(r);
+    errno = saved;
+    self->slen = 0;
+    return rc;
+}
+
+static int next_opaque(Puller *self, int32_t *opaque) {
+    PyObject *o = PyIter_Next(self->opaques);
+    if (!o) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "opaque counter ended");
+        return -1;
+    }
+    long long v = PyLong_AsLongLong(o);
+    Py_DECREF(o);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    *opaque = (int32_t)(v & 0x7FFFFFFF);
+    return 0;
+}
+
+/* Queue a request for [offset, offset+nums); -1 on a Python error. */
+static int want(Puller *self, int64_t offset, int32_t nums) {
+    int32_t opaque;
+    if (next_opaque(self, &opaque) < 0) return -1;
+    if (append_request(self, offset, nums, opaque) < 0) return -1;
+    flight_t *fl = &self->flights[self->nflights++];
+    memset(fl, 0, sizeof(*fl));
+    fl->offset = offset;
+    fl->nums = nums;
+    fl->opaque = opaque;
+    self->requests++;
+    return 0;
+}
+
+/* Requests for the current offset (if none is in flight) and, once half the pipeline has
+ * drained, for the offsets after the last one requested. */
+static int plan(Puller *self, int64_t offset) {
+    int64_t covered = offset, next_start = INT64_MAX;
+    int here = 0;
+    for (int i = 0; i < self->nflights; i++) {
+        flight_t *fl = &self->flights[i];
+        if (fl->offset == offset) here = 1;
+        if (fl->offset > offset && fl->offset < next_start) next_start = fl->offset;
+        if (fl->offset + fl->nums > covered) covered = fl->offset + fl->nums;
+    }
+    if (!here) {
+        int64_t limit = next_start < self->end ? next_start : self->end;
+        int64_t nums = limit - offset;
+        if (nums > self->step) nums = self->step;
+        if (self->filtered || nums < 1) nums = self->max_nums;
+        if (want(self, offset, (int32_t)nums) < 0) return -1;
+        if (next_start != INT64_MAX) self->gap_requests++;
+        if (offset + nums > covered) covered = offset + nums;
+    }
+    if (self->filtered) return 0;
+    if (self->nflights > self->depth / 2) return 0;
+    while (self->nflights < self->depth && covered < self->end) {
+        int64_t nums = self->end - covered;
+        if (nums > self->step) nums = self->step;
+        if (want(self, covered, (int32_t)nums) < 0) return -1;
+        covered += nums;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ output */
+
+static int append_body(Puller *self, const char *body, Py_ssize_t n, int64_t first) {
+    if (grow(&self->out, &self->ocap, self->olen + n) < 0) return -1;
+    Py_ssize_t need = (self->npieces + 1) * 2;
+    if (need > self->pcap) {
+        Py_ssize_t cap = self->pcap ? self->pcap * 2 : 256;
+        while (cap < need) cap *= 2;
+        int64_t *p = PyMem_Realloc(self->pieces, cap * sizeof(int64_t));
+        if (!p) { PyErr_NoMemory(); return -1; }
+        self->pieces = p;
+        self->pcap = cap;
+    }
+    self->pieces[2 * self->npieces] = self->olen;
+    self->pieces[2 * self->npieces + 1] = first;
+    self->npieces++;
+    if (n) memcpy(self->out + self->olen, body, n);
+    self->olen += n;
+    return 0;
+}
+
+/* The records of a body below ``end`` (only sizes and offsets are read; a record that cannot
+ * be walked is left for the decoder to report), as the Python reader's _trim. */
+static Py_ssize_t trim_len(const uint8_t *b, Py_ssize_t n, int64_t end) {
+    Py_ssize_t pos = 0;
+    while (pos + MIN_RECORD_WALK <= n) {
+        if (rd64(b + pos + 20) >= end) return pos;
+        int32_t total = rd32(b + pos);
+        if (total < 91) break;
+        pos += total;
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------------ the loop */
+
+/* A kept answer that is ours: can it be consumed here? */
+static int plain_found(Puller *self, flight_t *fl) {
+    head_t *h = &fl->head;
+    return h->parsed && h->code == 0 && h->has_next && h->next_begin > fl->offset &&
+           h->suggest == self->broker_id && h->delta == 0;
+}
+
+/* Consume the answer for the current offset; returns the new offset. */
+static int consume(Puller *self, int i, int64_t *offset) {
+    flight_t *fl = &self->flights[i];
+    int64_t next = fl->head.next_begin;
+    const uint8_t *body = (const uint8_t *)fl->frame + fl->body_at;
+    Py_ssize_t blen = fl->frame_len - fl->body_at;
+    if (next > self->end) blen = trim_len(body, blen, self->end);
+    if (append_body(self, (const char *)body, blen, fl->offset) < 0) return -1;
+    int64_t got = (next < self->end ? next : self->end) - fl->offset;
+    self->out_msgs += got;
+    self->pulls++;
+    if (!self->filtered && next < self->end) {
+        /* learn the broker's cap: an answer below what was asked is capped */
+        if (got < fl->nums) { self->step = (int32_t)got; self->full_streak = 0; }
+        else if (got == fl->nums && fl->nums == self->step && ++self->full_streak >= 64) {
+            self->full_streak = 0;  /* now and then, ask whether the cap has grown */
+            int64_t s = (int64_t)self->step * 2;
+            self->step = (int32_t)(s > self->max_nums ? self->max_nums : s);
+        }
+    }
+    remove_flight(self, i, 0);
+    *offset = next;
+    drop_stale(self, next);
+    return 0;
+}
+
+static PyObject *result(int reason, int64_t offset, PyObject *extra) {
+    if (!extra) { extra = Py_None; Py_INCREF(extra); }
+    return Py_BuildValue("(iLN)", reason, (long long)offset, extra);
+}
+
+/* run(offset, timeout, max_msgs, max_bytes, pending=b"") -> (reason, offset, extra)
+ *
+ * Pulls from ``offset`` until the output holds ``max_msgs`` messages or ``max_bytes`` bytes,
+ * the range's end is reached, or something needs Python. ``extra`` by reason:
+ *   BATCH, END: None;  RESPONSE: the answer's frame (after the length prefix) for ``offset``;
+ *   FOREIGN: list of frames that are not ours (peer requests, other answers);
+ *   TIMEOUT: None;  CLOSED: None;  ERROR: errno;  PROTOCOL: None.
+ * On every return the unframed received bytes are handed back by rest(). */
+static PyObject *Puller_run(Puller *self, PyObject *args) {
+    long long offset_arg, max_msgs, max_bytes;
+    double timeout;
+    Py_buffer pending = {0};
+    if (!PyArg_ParseTuple(args, "LdLL|y*", &offset_arg, &timeout, &max_msgs, &max_bytes,
+                          &pending))
+        return NULL;
+    if (self->exports) {
+        PyBuffer_Release(&pending);
+        PyErr_SetString(PyExc_BufferError, "the output is still exported; release it first");
+        return NULL;
+    }
+    if (pending.buf && pending.len) {
+        if (grow(&self->rbuf, &self->rcap, self->rlen + pending.len) < 0) {
+            PyBuffer_Release(&pending);
+            return NULL;
+        }
+        memcpy(self->rbuf + self->rlen, pending.buf, pending.len);
+        self->rlen += pending.len;
+    }
+    PyBuffer_Release(&pending);
+    int64_t offset = offset_arg;
+    drop_stale(self, offset);
+    double deadline = now_s() + timeout;
+    PyObject *foreign = NULL;
+    int closed = 0;
+    for (;;) {
+        if (offset >= self->end) return result(R_END, offset, NULL);
+        if (self->out_msgs >= max_msgs || self->olen >= max_bytes)
+            return result(R_BATCH, offset, NULL);
+        int i = find_flight(self, offset);
+        if (i >= 0 && self->flights[i].arrived) {
+            if (plain_found(self, &self->flights[i])) {
+                if (consume(self, i, &offset) < 0) return NULL;
+                deadline = now_s() + timeout;
+                continue;
+            }
+            flight_t *fl = &self->flights[i];
+            PyObject *frame = PyBytes_FromStringAndSize(fl->frame, fl->frame_len);
+            if (!frame) return NULL;
+            remove_flight(self, i, 0);
+            return result(R_RESPONSE, offset, frame);
+        }
+        if (plan(self, offset) < 0) return NULL;
+        int rc = flush_requests(self, deadline, &closed);
+        if (rc == -2) return NULL;
+        if (rc == -3) return result(R_TIMEOUT, offset, NULL);
+        if (rc == -1) return result(closed ? R_CLOSED : R_ERROR, offset, PyLong_FromLong(errno));
+        /* frame what has arrived; wait only when nothing complete is buffered */
+        int progressed = 0;
+        for (;;) {
+            Py_ssize_t avail = self->rlen - self->rpos;
+            if (avail < 4) break;
+            const uint8_t *f = (const uint8_t *)self->rbuf + self->rpos;
+            int32_t length = rd32(f);
+            if (length < 4 || (int64_t)length + 4 > MAX_FRAME) {
+                Py_XDECREF(foreign);
+                return result(R_PROTOCOL, offset, NULL);
+            }
+            if (avail - 4 < length) break;
+            const uint8_t *payload = f + 4;
+            head_t h;
+            Py_ssize_t body_at = 0;
+            int pr = parse_frame(payload, length, &h, &body_at);
+            if (pr < 0) {
+                Py_XDECREF(foreign);
+                return result(R_PROTOCOL, offset, NULL);
+            }
+            int k = -1;
+            if (pr == 0 && (h.flag & 1)) {
+                for (int j = 0; j < self->nflights; j++)
+                    if (self->flights[j].opaque == h.opaque && !self->flights[j].arrived) { k = j; break; }
+            }
+            if (k >= 0) {
+                flight_t *fl = &self->flights[k];
+                fl->frame = PyMem_Malloc(length ? length : 1);
+                if (!fl->frame) { Py_XDECREF(foreign); return PyErr_NoMemory(); }
+                memcpy(fl->frame, payload, length);
+                fl->frame_len = length;
+                fl->body_at = body_at;
+                fl->head = h;
+                fl->arrived = 1;
+                progressed = 1;
+            } else if (!(pr == 0 && (h.flag & 1) && is_dropped(self, h.opaque))) {
+                if (!foreign && !(foreign = PyList_New(0))) return NULL;
+                PyObject *fr = PyBytes_FromStringAndSize((const char *)payload, length);
+                if (!fr || PyList_Append(foreign, fr) < 0) {
+                    Py_XDECREF(fr);
+                    Py_DECREF(foreign);
+                    return NULL;
+                }
+                Py_DECREF(fr);
+            }
+            self->rpos += 4 + length;
+            self->consumed += 4 + length;
+        }
+        if (foreign) return result(R_FOREIGN, offset, foreign);
+        if (progressed) continue;
+        if (closed) return result(R_CLOSED, offset, NULL);
+        double left = deadline - now_s();
+        if (left <= 0) return result(R_TIMEOUT, offset, NULL);
+        struct pollfd pfd = {self->fd, POLLIN, 0};
+        int ready;
+        Py_BEGIN_ALLOW_THREADS
+        ready = poll(&pfd, 1, (int)(left * 1000) + 1);
+        Py_END_ALLOW_THREADS
+        if (ready < 0 && errno != EINTR) return result(R_ERROR, offset, PyLong_FromLong(errno));
+        if (ready > 0) {
+            int got = recv_some(self, &closed);
+            if (got == -2) return NULL;
+            if (got == -1) return result(R_ERROR, offset, PyLong_FromLong(errno));
+        }
+    }
+}
+
+/* rest() -> (bytes, consumed): received bytes not framed yet (a partial frame, or what failed
+ * framing), which the caller gives back to its frame decoder, and how many bytes were framed
+ * here since the last call (the decoder counts them for its error positions). */
+static PyObject *Puller_rest(Puller *self, PyObject *noargs) {
+    PyObject *r = Py_BuildValue("(y#L)", self->rbuf ? self->rbuf + self->rpos : "",
+                                self->rlen - self->rpos, (long long)self->consumed);
+    if (!r) return NULL;
+    self->rpos = self->rlen = 0;
+    self->consumed = 0;
+    return r;
+}
+
+/* Keep an answer that arrived outside run() (another thread held the socket); 1 if it is ours. */
+static int keep_answer(Puller *self, const uint8_t *payload, Py_ssize_t length) {
+    head_t h;
+    Py_ssize_t body_at = 0;
+    if (parse_frame(payload, length, &h, &body_at) != 0 || !(h.flag & 1)) return 0;
+    for (int j = 0; j < self->nflights; j++) {
+        flight_t *fl = &self->flights[j];
+        if (fl->opaque != h.opaque || fl->arrived) continue;
+        fl->frame = PyMem_Malloc(length ? length : 1);
+        if (!fl->frame) return -1;
+        memcpy(fl->frame, payload, length);
+        fl->frame_len = length;
+        fl->body_at = body_at;
+        fl->head = h;
+        fl->arrived = 1;
+        return 1;
+    }
+    return is_dropped(self, h.opaque) ? 1 : 0;
+}
+
+/* offer(payload) -> bool: an answer another reader of the connection received; True if it
+ * was one of this loop's (kept for run(), or dropped as stale). */
+static PyObject *Puller_offer(Puller *self, PyObject *args) {
+    Py_buffer b;
+    if (!PyArg_ParseTuple(args, "y*", &b)) return NULL;
+    int rc = keep_answer(self, b.buf, b.len);
+    PyBuffer_Release(&b);
+    if (rc < 0) return PyErr_NoMemory();
+    return PyBool_FromLong(rc);
+}
+
+/* claim(opaque) -> offset or None: take a request out of the pipeline (its answer came in a
+ * frame only Python could read); run() asks again for that offset when it gets there. */
+static PyObject *Puller_claim(Puller *self, PyObject *args) {
+    int opaque;
+    if (!PyArg_ParseTuple(args, "i", &opaque)) return NULL;
+    for (int j = 0; j < self->nflights; j++) {
+        if (self->flights[j].opaque == opaque && !self->flights[j].arrived) {
+            long long offset = self->flights[j].offset;
+            remove_flight(self, j, 0);
+            return PyLong_FromLongLong(offset);
+        }
+    }
+    Py_RETURN_NONE;
+}
+
+/* abandon(): forget every request in flight; their answers are dropped when they come. */
+static PyObject *Puller_abandon(Puller *self, PyObject *noargs) {
+    while (self->nflights) remove_flight(self, self->nflights - 1, 1);
+    Py_RETURN_NONE;
+}
+
+/* append(body, first_offset): add a body the Python side took (e.g. a FOUND answer it had to
+ * decode itself) to the output. */
+static PyObject *Puller_append(Puller *self, PyObject *args) {
+    Py_buffer b;
+    long long first, msgs;
+    if (!PyArg_ParseTuple(args, "y*LL", &b, &first, &msgs)) return NULL;
+    if (self->exports) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_BufferError, "the output is still exported; release it first");
+        return NULL;
+    }
+    int rc = append_body(self, b.buf, b.len, first);
+    PyBuffer_Release(&b);
+    if (rc < 0) return NULL;
+    self->out_msgs += msgs;
+    Py_RETURN_NONE;
+}
+
+/* clear(): empty the output (after it was decoded). */
+static PyObject *Puller_clear(Puller *self, PyObject *noargs) {
+    if (self->exports) {
+        PyErr_SetString(PyExc_BufferError, "the output is still exported; release it first");
+        return NULL;
+    }
+    self->olen = 0;
+    self->npieces = 0;
+    self->out_msgs = 0;
+    Py_RETURN_NONE;
+}
+
+/* pieces() -> [(start, first_offset)]: where each appended body starts in the output. */
+static PyObject *Puller_pieces(Puller *self, PyObject *noargs) {
+    PyObject *list = PyList_New(self->npieces);
+    if (!list) return NULL;
+    for (Py_ssize_t i = 0; i < self->npieces; i++) {
+        PyObject *t = Py_BuildValue("(LL)", (long long)self->pieces[2 * i],
+                                    (long long)self->pieces[2 * i + 1]);
+        if (!t) { Py_DECREF(list); return NULL; }
+        PyList_SET_ITEM(list, i, t);
+    }
+    return list;
+}
+
+static int Puller_getbuffer(Puller *self, Py_buffer *view, int flags) {
+    static char empty[1];
+    int rc = PyBuffer_FillInfo(view, (PyObject *)self, self->out ? self->out : empty,
+                               self->olen, 1, flags);
+    if (rc == 0) self->exports++;
+    return rc;
+}
+
+static void Puller_releasebuffer(Puller *self, Py_buffer *view) { self->exports--; }
+
+static PyBufferProcs Puller_as_buffer = {(getbufferproc)Puller_getbuffer,
+                                         (releasebufferproc)Puller_releasebuffer};
+
+static PyObject *Puller_get(Puller *self, void *which) {
+    switch ((intptr_t)which) {
+    case 0: return PyLong_FromSsize_t(self->olen);
+    case 1: return PyLong_FromLongLong(self->out_msgs);
+    case 2: return PyLong_FromLongLong(self->pulls);
+    case 3: return PyLong_FromLong(self->step);
+    case 4: return PyLong_FromLong(self->nflights);
+    case 5: return PyLong_FromLongLong(self->requests);
+    case 6: return PyLong_FromLongLong(self->gap_requests);
+    default: return PyLong_FromLongLong(self->broker_id);
+    }
+}
+
+static int Puller_set_broker_id(Puller *self, PyObject *value, void *unused) {
+    if (!value) { PyErr_SetString(PyExc_TypeError, "cannot delete broker_id"); return -1; }
+    long long v = PyLong_AsLongLong(value);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    self->broker_id = v;
+    return 0;
+}
+
+static PyGetSetDef Puller_getset[] = {
+    {"nbytes", (getter)Puller_get, NULL, "bytes in the output", (void *)0},
+    {"messages", (getter)Puller_get, NULL, "messages in the output (offsets covered)", (void *)1},
+    {"pulls", (getter)Puller_get, NULL, "FOUND answers consumed", (void *)2},
+    {"step", (getter)Puller_get, NULL, "messages asked for per request (learned)", (void *)3},
+    {"in_flight", (getter)Puller_get, NULL, "requests in flight", (void *)4},
+    {"requests", (getter)Puller_get, NULL, "requests sent", (void *)5},
+    {"gap_requests", (getter)Puller_get, NULL, "requests that filled a short answer's gap", (void *)6},
+    {"broker_id", (getter)Puller_get, (setter)Puller_set_broker_id,
+     "the suggestWhichBrokerId answers are expected to carry", (void *)7},
+    {NULL},
+};
+
+static PyMethodDef Puller_methods[] = {
+    {"run", (PyCFunction)Puller_run, METH_VARARGS, "Pull until a batch is full or Python is needed."},
+    {"rest", (PyCFunction)Puller_rest, METH_NOARGS, "Received bytes not framed yet."},
+    {"abandon", (PyCFunction)Puller_abandon, METH_NOARGS, "Forget the requests in flight."},
+    {"offer", (PyCFunction)Puller_offer, METH_VARARGS, "Keep an answer read by someone else."},
+    {"claim", (PyCFunction)Puller_claim, METH_VARARGS, "Take a request out of the pipeline."},
+    {"append", (PyCFunction)Puller_append, METH_VARARGS, "Add a body to the output."},
+    {"clear", (PyCFunction)Puller_clear, METH_NOARGS, "Empty the output."},
+    {"pieces", (PyCFunction)Puller_pieces, METH_NOARGS, "(start, first offset) per body."},
+    {NULL},
+};
+
+static PyTypeObject PullerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "rocketmq_spark._native.Puller",
+    .tp_basicsize = sizeof(Puller),
+    .tp_dealloc = (destructor)Puller_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_weaklistoffset = offsetof(Puller, weakrefs),
+    .tp_doc = "The pull loop of one queue range (see native/rmq_pull.c).",
+    .tp_methods = Puller_methods,
+    .tp_getset = Puller_getset,
+    .tp_init = (initproc)Puller_init,
+    .tp_new = PyType_GenericNew,
+    .tp_as_buffer = &Puller_as_buffer,
+};
+
+/* ------------------------------------------------------------------ header codec for Python */
+
+/* parse_header(payload) -> (code, flag, opaque, next_begin, suggest, delta, has_next, parsed)
+ * or None: the C reading of a frame (after its length prefix), exposed so tests can hold it
+ * against the Python decoder. */
+static PyObject *parse_header_py(PyObject *self, PyObject *args) {
+    Py_buffer b;
+    if (!PyArg_ParseTuple(args, "y*", &b)) return NULL;
+    head_t h;
+    Py_ssize_t body_at;
+    int rc = parse_frame(b.buf, b.len, &h, &body_at);
+    PyBuffer_Release(&b);
+    if (rc != 0) Py_RETURN_NONE;
+    return Py_BuildValue("(iiiLLLii)", h.code, h.flag, h.opaque, (long long)h.next_begin,
+                         (long long)h.suggest, (long long)h.delta, h.has_next, h.parsed);
+}
+
+static PyMethodDef pull_functions[] = {
+    {"parse_header", parse_header_py, METH_VARARGS, "The pull loop's reading of a frame header."},
+    {NULL, NULL, 0, NULL},
+};
+
+int rmq_pull_register(PyObject *module) {
+    if (PyType_Ready(&PullerType) < 0) return -1;
+    Py_INCREF(&PullerType);
+    if (PyModule_AddObject(module, "Puller", (PyObject *)&PullerType) < 0) {
+        Py_DECREF(&PullerType);
+        return -1;
+    }
+    if (PyModule_AddFunctions(module, pull_functions) < 0) return -1;
+    return 0;
+}
