@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 
 import pytest
@@ -10,6 +11,8 @@ from pyspark.sql.utils import AnalysisException
 
 import rocketmq_spark
 from rocketmq_spark.client import Message, Producer
+from rocketmq_spark.client.admin import Admin
+from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.options import OptionError, parse_options
 from source_helpers import ids_of, produce
 
@@ -90,6 +93,40 @@ def test_subscribe_pattern_and_assign(spark, cluster, unique_name):
         .option("assign", one).load()
     assert {(r.topic, r.brokerName, r.queueId) for r in assigned.collect()} == {
         (f"{prefix}-a", "broker-a", 0), (f"{prefix}-b", "broker-b", 1)}
+
+
+def test_empty_topic_reads_zero_rows(spark, cluster, topic):
+    df = read(spark, cluster.namesrv_addr, topic)
+    assert df.collect() == [] and df.count() == 0
+
+
+def test_topic_without_route_reads_zero_rows_and_warns_naming_it(spark, cluster, unique_name,
+                                                                 caplog):
+    missing = unique_name("NoSuchTopic")
+    assert read(spark, cluster.namesrv_addr, missing).collect() == []
+    # The planning runs in a Spark worker; the same lookup here shows what it logs.
+    reader = OffsetReader(parse_options({"nameServer": cluster.namesrv_addr,
+                                         "subscribe": missing}, streaming=True),
+                          Admin(cluster.namesrv_addr))
+    with caplog.at_level(logging.INFO, logger="rocketmq_spark.source.offset_reader"):
+        for _ in range(3):
+            assert reader.discover(force=True).queues == []
+    warnings = [r for r in caplog.records if missing in r.getMessage()]
+    assert [r.levelname for r in warnings] == ["WARNING"], "warned once, at WARNING"
+    assert "has no route" in warnings[0].getMessage()
+    cluster.create_topic(missing, queues=2)
+    assert len(reader.discover(force=True).queues) == 2 * len(cluster.brokers)
+    reader.admin.close()
+
+
+def test_starting_offsets_naming_a_queue_the_topic_lacks_names_it(spark, cluster, topic):
+    spec = {topic: {f"{b.name}/{q}": 0 for b in cluster.brokers for q in range(4)}}
+    spec[topic]["broker-zz/0"] = 0
+    with pytest.raises(Exception) as err:
+        read(spark, cluster.namesrv_addr, topic, startingOffsets=json.dumps(spec)).collect()
+    text = str(err.value)
+    assert f"it names {topic}/broker-zz/0, which the subscription does not have" in text
+    assert "startingOffsets" in text and "missing" not in text
 
 
 def test_register_works_as_well_as_discovery(spark, cluster, topic):

@@ -116,6 +116,25 @@ def test_starting_offsets_latest_reads_only_new_messages(spark, cluster, topic, 
         query.stop()
 
 
+def test_a_topic_created_after_the_stream_started_is_read_from_its_first_message(
+        spark, cluster, unique_name, tmp_path):
+    late = unique_name("Late")
+    df = reader(spark, cluster.namesrv_addr, late)  # startingOffsets=latest, no route yet
+    query = start_memory(df, "late_topic", str(tmp_path / "cp"))
+    try:
+        wait_for(lambda: query.lastProgress is not None, what="batch 0")
+        assert json.loads(query.lastProgress["sources"][0]["endOffset"]) == {
+            "(no queues yet)": 0}, "the start is pinned even with no queue"
+        cluster.create_topic(late, queues=2)
+        produce(cluster.namesrv_addr, late, range(40))  # before the stream sees the topic
+        wait_for(lambda: spark.table("late_topic").count() >= 40, timeout=120,
+                 what="the late topic's rows")
+        query.processAllAvailable()
+        assert ids_of(spark.table("late_topic").collect()) == list(range(40))
+    finally:
+        query.stop()
+
+
 def test_starting_timestamp_and_offsets_by_timestamp(spark, cluster, topic, tmp_path):
     produce(cluster.namesrv_addr, topic, range(200))
     time.sleep(0.05)

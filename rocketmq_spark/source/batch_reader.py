@@ -33,7 +33,11 @@ class RocketMQBatchReader(DataSourceReader):
                  len(groups), sum(r.size for g in groups for r in g))
         return to_partitions(groups, discovery.addresses)
 
-    def read(self, partition: RocketMQPartition) -> Iterator["pa.RecordBatch"]:
+    def read(self, partition: InputPartition) -> Iterator["pa.RecordBatch"]:
+        if not isinstance(partition, RocketMQPartition):
+            # Nothing to read (an empty or unknown topic): when partitions() is empty, Spark
+            # still runs one task, with a bare InputPartition(None).
+            return iter(())
         from .partition_reader import read_partition  # executors only: pyarrow, numpy, C
 
         return read_partition(self.options, partition)

@@ -55,6 +55,7 @@ class OffsetReader:
         self._max: Dict[MessageQueue, int] = {}
         self._max_at = 0.0
         self._max_took = 0.0
+        self._unrouted: Set[str] = set()  # topics already warned about (once each)
 
     # ------------------------------------------------------------------ queues
 
@@ -83,8 +84,14 @@ class OffsetReader:
             try:
                 route = self.admin.names.route(topic, refresh=True)
             except RouteNotFound:
-                log.info("topic %s has no route (yet); it is read once it appears", topic)
+                if topic not in self._unrouted:
+                    self._unrouted.add(topic)
+                    log.warning("topic %s has no route on the name servers %s: it does not "
+                                "exist, or no broker serves it. Nothing is read from it until "
+                                "it appears (a stream then reads it from its first message)",
+                                topic, ";".join(self.admin.names.addresses))
                 continue
+            self._unrouted.discard(topic)
             queues.extend(route.readable_queues(topic))
             for broker in route.broker_datas:
                 if broker.master_addr:
@@ -147,11 +154,7 @@ class OffsetReader:
             return {}
         kind = bound.kind
         if kind == "offsets":
-            missing = sorted(mq.key for mq in queues if mq not in bound.per_queue)
-            if missing:
-                which = "endingOffsets" if is_end else "startingOffsets"
-                raise OptionError(f"option {which} must give every queue of the subscription; "
-                                  f"missing: {', '.join(missing)}")
+            _check_queues("endingOffsets" if is_end else "startingOffsets", bound, queues)
             specials = {v for v in bound.per_queue.values() if v in (EARLIEST, LATEST)}
             lows = self._complete("min", queues) if EARLIEST in specials else {}
             highs = self._complete("max", queues) if LATEST in specials else {}
@@ -173,10 +176,7 @@ class OffsetReader:
                     for mq in queues}
         if kind in ("timestamp", "timestamps"):
             if kind == "timestamps":
-                missing = sorted(mq.key for mq in queues if mq not in bound.per_queue)
-                if missing:
-                    raise OptionError("option startingOffsetsByTimestamp must give every queue "
-                                      f"of the subscription; missing: {', '.join(missing)}")
+                _check_queues("startingOffsetsByTimestamp", bound, queues)
             times = {mq: bound.timestamp if kind == "timestamp" else bound.per_queue[mq]
                      for mq in queues}
             return {mq: self.offset_for_time(mq, t) for mq, t in times.items()}
@@ -243,3 +243,26 @@ class OffsetReader:
                 return newer[0]
             guess = window[-1][0] + 1
         return guess
+
+
+def _check_queues(option: str, bound: Bound, queues: List[MessageQueue]) -> None:
+    """A per-queue bound must name exactly the subscription's queues: a queue it names that
+    the subscription does not have (a typo, a queue of another topic) is as wrong as one it
+    leaves out."""
+    routed = set(queues)
+    unknown = sorted(mq.key for mq in bound.per_queue if mq not in routed)
+    missing = sorted(mq.key for mq in queues if mq not in bound.per_queue)
+    problems = []
+    if unknown:
+        problems.append(f"it names {_listed(unknown)}, which the subscription does not have "
+                        f"(its queues: {_listed([mq.key for mq in sorted(routed)]) or 'none'})")
+    if missing:
+        problems.append(f"missing: {_listed(missing)}")
+    if problems:
+        raise OptionError(f"option {option} must give every queue of the subscription and no "
+                          f"other; " + "; ".join(problems))
+
+
+def _listed(keys: List[str], limit: int = 20) -> str:
+    shown = ", ".join(keys[:limit])
+    return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")

@@ -3,7 +3,9 @@
 Spark compares offsets as the text of ``json.dumps(offset)``, so the keys are always in sorted
 order: the same positions give the same text, and an idle stream gives no empty batches.
 ``{}`` is the start of batch 0 before the starting position is resolved (see
-:mod:`.stream_reader`).
+:mod:`.stream_reader`). A resolved position with no queue at all (the topics have no route yet)
+is :data:`NO_QUEUES`, never ``{}``, so that queues appearing later enter as new queues instead of
+resolving the start again.
 """
 from __future__ import annotations
 
@@ -12,10 +14,15 @@ from typing import Dict, Mapping
 from ..client.protocol.route import MessageQueue
 
 UNRESOLVED: Dict[str, int] = {}
+_NO_QUEUES_KEY = "(no queues yet)"
+NO_QUEUES: Dict[str, int] = {_NO_QUEUES_KEY: 0}
 
 
 def to_offset(positions: Mapping[MessageQueue, int]) -> Dict[str, int]:
-    """Canonical offset dict: string keys in sorted order, integer values."""
+    """Canonical offset dict: string keys in sorted order, integer values (:data:`NO_QUEUES`
+    when there are no positions)."""
+    if not positions:
+        return dict(NO_QUEUES)
     return {key: int(value) for key, value in sorted((mq.key, v) for mq, v in positions.items())}
 
 
@@ -23,6 +30,8 @@ def from_offset(offset: Mapping[str, int]) -> Dict[MessageQueue, int]:
     """Positions from an offset dict; raises ValueError naming a malformed entry."""
     out: Dict[MessageQueue, int] = {}
     for key, value in offset.items():
+        if key == _NO_QUEUES_KEY:
+            continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"offset of {key!r} must be a non-negative integer, got {value!r}")
         out[MessageQueue.from_key(key)] = value
