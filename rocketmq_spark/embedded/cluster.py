@@ -88,7 +88,10 @@ class EmbeddedCluster:
     messages, topics and offsets there across restarts. ``acl`` maps access keys to secret keys
     (brokers then reject unsigned or wrongly signed requests); ``tls`` is "enforcing" or
     "permissive" (plain and TLS on one port), with a self-signed certificate unless
-    ``tls_cert``/``tls_key`` are given. Other keyword arguments are :class:`ServerOptions`.
+    ``tls_cert``/``tls_key`` are given. ``grpc_proxy=True`` adds a 5.x proxy endpoint
+    (gRPC ``MessagingService``, :mod:`.grpc_proxy`) over the same stores at
+    :attr:`proxy_endpoint`: TLS with the same (or a self-signed) certificate unless
+    ``grpc_proxy_tls=False``. Other keyword arguments are :class:`ServerOptions`.
     """
 
     def __init__(self, brokers: int = 1, data_dir: Optional[Union[str, Path]] = None, *,
@@ -96,6 +99,8 @@ class EmbeddedCluster:
                  broker_ports: Optional[Sequence[int]] = None,
                  acl: Optional[Mapping[str, str]] = None, tls: Optional[str] = None,
                  tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
+                 grpc_proxy: bool = False, grpc_proxy_tls: bool = True,
+                 grpc_proxy_port: int = 0,
                  call_timeout: float = 30.0, **options: Any):
         if brokers < 1:
             raise ValueError("an embedded cluster needs at least one broker")
@@ -113,6 +118,14 @@ class EmbeddedCluster:
                 tls_cert, tls_key = self_signed_cert()
                 self._cert_dir = Path(tls_cert).parent
             self.tls_settings = TlsSettings(tls, tls_cert, tls_key)
+        self.proxy_tls_cert: Optional[str] = None  # the proxy's certificate (a CA file)
+        proxy_tls: Optional[TlsSettings] = None
+        if grpc_proxy and grpc_proxy_tls:
+            if not (tls_cert and tls_key):
+                tls_cert, tls_key = self_signed_cert()
+                self._cert_dir = Path(tls_cert).parent
+            proxy_tls = TlsSettings("enforcing", tls_cert, tls_key)
+            self.proxy_tls_cert = tls_cert
         self.faults = FaultInjector()
         self._originals: Dict[tuple, bytes] = {}  # records damaged by corrupt(), for repair()
         self.namesrv = NameServer(self.options.cluster_name, self.options.version)
@@ -128,6 +141,13 @@ class EmbeddedCluster:
                 data_dir=self.data_dir / name if self.data_dir else None, acl=self.acl,
                 tls=self.tls_settings, faults=self.faults))
         self.brokers: List[BrokerHandle] = [BrokerHandle(self, b) for b in self._brokers]
+        self._grpc_proxy = None
+        if grpc_proxy:
+            from .grpc_proxy import GrpcProxy  # grpcio is loaded only when asked for
+
+            self._grpc_proxy = GrpcProxy(self._brokers, host=host, port=grpc_proxy_port,
+                                         tls=proxy_tls, acl=self.acl,
+                                         max_message_size=self.options.max_message_size)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._thread: Optional[threading.Thread] = None
         self._started = False
@@ -175,6 +195,8 @@ class EmbeddedCluster:
             port_file.write_text(json.dumps({"port": server.port}))
         for broker in self._brokers:
             await broker.start()
+        if self._grpc_proxy is not None:
+            await self._grpc_proxy.start()
 
     def stop(self) -> None:
         """Stop every server, flush the data dir and end the loop thread."""
@@ -189,6 +211,8 @@ class EmbeddedCluster:
                 shutil.rmtree(self._cert_dir, ignore_errors=True)
 
     async def _stop_all(self) -> None:
+        if self._grpc_proxy is not None:
+            await self._grpc_proxy.stop()
         for broker in self._brokers:
             await broker.close()
         await self._namesrv_server.stop()
@@ -230,6 +254,13 @@ class EmbeddedCluster:
         return asyncio.run_coroutine_threadsafe(runner(), self._loop).result(self.call_timeout)
 
     # ---------------------------------------------------------------- addresses
+
+    @property
+    def proxy_endpoint(self) -> str:
+        """``"127.0.0.1:port"`` of the 5.x proxy endpoint (with ``grpc_proxy=True``)."""
+        if self._grpc_proxy is None:
+            raise RuntimeError("this cluster has no proxy endpoint: pass grpc_proxy=True")
+        return self._grpc_proxy.addr
 
     @property
     def namesrv_addr(self) -> str:

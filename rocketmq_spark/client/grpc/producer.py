@@ -1,9 +1,16 @@
 """GrpcProducer: sends messages through a RocketMQ 5.x proxy's gRPC endpoint.
 
-The proxy picks the queue of every SendMessage call (see :mod:`.queue_choice`): several
-messages of one call land together, in order, in one queue; a message with a sharding key
-keeps its group's queue only when it is sent alone. So FIFO messages go one per call, and a
-group's next message after the previous one is acknowledged, for order.
+The proxy picks the queue of every SendMessage call (see :mod:`.queue_choice`): a message with
+a sharding key keeps its group's queue only when it is sent alone, so FIFO messages go one per
+call, a group's next one after the previous one is answered (for order).
+
+A call may carry several messages, but Apache's proxy (5.x, through 5.3 at least) forwards
+them to the broker as one batch whose header holds the *first* message's properties, and the
+broker appends those to every message of the batch: every message then reads back with the
+first one's id (UNIQ_KEY), tags, keys and properties. So by default every message goes in a
+call of its own (many calls in flight); ``multi_message_calls=True`` packs the non-FIFO
+messages of one :meth:`GrpcProducer.send_async` into one call, for a proxy known to keep each
+message's own properties.
 
 Before the first send the producer declares itself as the official clients do: its settings over
 a Telemetry stream (the proxy answers with the largest body it takes), then a Heartbeat; the
@@ -29,6 +36,7 @@ from . import definition_pb2 as pb
 from . import service_pb2 as spb
 from . import service_pb2_grpc as rpc
 from . import status as S
+from .dispatch import Call, Dispatcher
 from .endpoints import ProxyEndpoints, parse_endpoints
 from .queue_choice import queue_for_group
 from .telemetry import Session, producer_settings
@@ -55,36 +63,58 @@ class _Route:
 
 
 class GrpcSendFuture:
-    """The outcome of one SendMessage call: :meth:`result` gives one SendResult per message
-    (in the order given) or raises the call's :class:`~rocketmq_spark.client.errors.RocketMQError`.
-    """
+    """The outcome of one :meth:`GrpcProducer.send_async`: :meth:`result` gives one SendResult
+    per message (in the order given) or raises the first failure, a
+    :class:`~rocketmq_spark.client.errors.RocketMQError`."""
 
-    def __init__(self, call: "grpc.Future", message_ids: List[str], queue: MessageQueue,
-                 address: str, timeout: float):
-        self._call = call
-        self._message_ids = message_ids
-        self._queue = queue
+    def __init__(self, count: int, address: str):
+        self._results: List[Optional[SendResult]] = [None] * count
+        self._error: Optional[BaseException] = None
+        self._remaining = 0
         self._address = address
-        self._timeout = timeout
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: List[Callable[["GrpcSendFuture"], None]] = []
+
+    def _expect(self, calls: int) -> None:
+        self._remaining = calls
+        if calls == 0:
+            self._done.set()
+
+    def _part_done(self, indexes: Sequence[int], results: Optional[list],
+                   error: Optional[BaseException]) -> None:
+        with self._lock:
+            if error is not None:
+                self._error = self._error or error
+            else:
+                for i, r in zip(indexes, results):
+                    self._results[i] = r
+            self._remaining -= 1
+            finished = self._remaining == 0
+            callbacks = list(self._callbacks) if finished else []
+        if finished:
+            self._done.set()
+            for fn in callbacks:
+                _run_callback(fn, self)
 
     def done(self) -> bool:
-        return self._call.done()
+        return self._done.is_set()
 
     def add_done_callback(self, fn: Callable[["GrpcSendFuture"], None]) -> None:
-        """Call ``fn(self)`` when the call completes (at once if it has)."""
-        self._call.add_done_callback(lambda _call: fn(self))
+        """Call ``fn(self)`` when every call has been answered (at once if they have)."""
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(fn)
+                return
+        _run_callback(fn, self)
 
     def result(self, timeout: Optional[float] = None) -> List[SendResult]:
-        try:
-            response = self._call.result(timeout=timeout)
-        except grpc.FutureTimeoutError:
+        if not self._done.wait(timeout):
             raise RequestTimeout(self._address, "SendMessage (waiting for its result)",
-                                 timeout or 0.0) from None
-        except grpc.FutureCancelledError:
-            raise ClientClosed("the SendMessage call was cancelled (producer closed)") from None
-        except grpc.RpcError as exc:
-            raise S.rpc_error(exc, "SendMessage", self._address, self._timeout) from None
-        return convert.send_results(response, self._message_ids, self._queue, self._address)
+                                 timeout or 0.0)
+        if self._error is not None:
+            raise self._error
+        return list(self._results)
 
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
         try:
@@ -94,6 +124,13 @@ class GrpcSendFuture:
         return None
 
 
+def _run_callback(fn, future) -> None:
+    try:
+        fn(future)
+    except Exception:  # noqa: BLE001 - a callback's bug must not break the producer
+        log.exception("a GrpcSendFuture callback raised")
+
+
 class GrpcProducer:
     """Sends messages through the 5.x proxy at ``endpoints`` (``host:port[;host:port]``).
 
@@ -101,13 +138,15 @@ class GrpcProducer:
     ``tls_ca_file`` or the system's roots; ``tls_verify=False`` trusts the certificate the
     proxy presents (its self-signed test certificate). ``credentials`` sign every call (the
     proxy's ACL). ``send_timeout`` is each call's deadline; at most ``max_in_flight`` calls
-    are pending at once (:meth:`send_async` waits for a slot). Thread-safe.
+    are pending at once, the rest wait in order. ``multi_message_calls``: see the module
+    docstring (off: one message per call, what Apache's proxy stores faithfully). Thread-safe.
     """
 
     def __init__(self, endpoints: str, *, group: str = "rocketmq-spark-producer",
                  credentials: Optional[Credentials] = None, tls: bool = True,
                  tls_verify: bool = True, tls_ca_file: Optional[str] = None,
-                 namespace: str = "", send_timeout: float = 5.0, max_in_flight: int = 64):
+                 namespace: str = "", send_timeout: float = 5.0, max_in_flight: int = 64,
+                 multi_message_calls: bool = False):
         self.endpoints: ProxyEndpoints = parse_endpoints(endpoints)
         if send_timeout <= 0:
             raise ValueError(f"send_timeout must be positive, got {send_timeout}")
@@ -123,7 +162,8 @@ class GrpcProducer:
         self.client_id = auth.new_client_id()
         self.max_body_size = DEFAULT_MAX_BODY_SIZE
         self._address = str(self.endpoints)
-        self._slots = threading.BoundedSemaphore(max_in_flight)
+        self.multi_message_calls = multi_message_calls
+        self._dispatcher = Dispatcher(max_in_flight)
         self._lock = threading.Lock()
         self._channel: Optional[grpc.Channel] = None
         self._stub: Optional[rpc.MessagingServiceStub] = None
@@ -214,12 +254,16 @@ class GrpcProducer:
                                        f"({response.status.message})".rstrip(),
                                 self._address)
         S.check(response.status, "QueryRoute", self._address)
-        queues, accepts = [], set()
+        # The route's queue ids need not be the broker's (Apache lists read-only ones first);
+        # a broker with n writable entries takes writes on its queues 0..n-1.
+        writable: Dict[str, int] = {}
+        accepts = set()
         for q in response.message_queues:
             if q.permission in _WRITABLE and q.broker.id == 0:
-                queues.append(MessageQueue(topic, q.broker.name, q.id))
+                writable[q.broker.name] = writable.get(q.broker.name, 0) + 1
                 accepts.update(q.accept_message_types)
-        route = _Route(sorted(set(queues)), frozenset(accepts), time.monotonic())
+        queues = [MessageQueue(topic, name, i) for name, n in writable.items() for i in range(n)]
+        route = _Route(sorted(queues), frozenset(accepts), time.monotonic())
         self._routes[topic] = route
         return route
 
@@ -251,43 +295,68 @@ class GrpcProducer:
 
     def send_async(self, messages: Sequence[Message],
                    queue: Optional[MessageQueue] = None) -> GrpcSendFuture:
-        """Start one SendMessage call carrying ``messages`` (one topic; stored as one batch, in
-        order, in the queue the proxy picks). ``queue`` must be None: the 5.x proxy chooses
-        queues itself (a FIFO message sent alone goes to its group's queue).
+        """Send ``messages`` (one topic) through the proxy; the future's result has one
+        SendResult per message, in order. A FIFO message (``sharding_key``) goes alone to its
+        group's queue, after the group's previous message was answered; the others go one per
+        call, or all in one call with ``multi_message_calls``. ``queue`` must be None: the 5.x
+        proxy chooses queues itself.
 
         Raises ValueError for messages the 5.x API cannot carry, before sending anything."""
         if queue is not None:
             raise ValueError("the 5.x proxy chooses the queue of every SendMessage call; "
-                             "send with queue=None (a message with a sharding_key sent alone "
-                             "goes to its group's queue)")
+                             "send with queue=None (a message with a sharding_key goes to its "
+                             "group's queue)")
         if not messages:
-            raise ValueError("a SendMessage call needs at least one message")
+            raise ValueError("send_async needs at least one message")
         topic = messages[0].topic
         if any(m.topic != topic for m in messages):
-            raise ValueError("all messages of a SendMessage call must have the same topic")
+            raise ValueError("all messages of one send_async must have the same topic")
         route = self._route(topic)
         self._check(messages, route)
         now_ms = int(time.time() * 1000)
         protos = [convert.to_proto(m, self.namespace, now_ms) for m in messages]
-        ids = [p.system_properties.message_id for p in protos]
-        if len(messages) == 1 and messages[0].sharding_key and route.queues:
-            target = queue_for_group(route.queues, messages[0].sharding_key)
-        else:
-            target = MessageQueue(topic, "", convert.UNKNOWN_QUEUE_ID)
         stub = self._connect()
         if time.monotonic() - self._last_heartbeat > HEARTBEAT_INTERVAL:
             self._heartbeat(stub)
-        if not self._slots.acquire(timeout=self.send_timeout):
-            raise RequestTimeout(self._address, "SendMessage (waiting for a free call slot)",
-                                 self.send_timeout)
-        try:
-            call = stub.SendMessage.future(spb.SendMessageRequest(messages=protos),
-                                           timeout=self.send_timeout, metadata=self._metadata())
-        except BaseException:
-            self._slots.release()
-            raise
-        call.add_done_callback(lambda _call: self._slots.release())
-        return GrpcSendFuture(call, ids, target, self._address, self.send_timeout)
+        future = GrpcSendFuture(len(messages), self._address)
+        unknown = MessageQueue(topic, "", convert.UNKNOWN_QUEUE_ID)
+        calls: List[Call] = []
+        plain = [i for i, m in enumerate(messages) if not m.sharding_key]
+        if self.multi_message_calls and len(plain) > 1:
+            calls.append(self._call(stub, future, plain, protos, unknown, None))
+            plain = []
+        for i in plain:
+            calls.append(self._call(stub, future, [i], protos, unknown, None))
+        for i, m in enumerate(messages):
+            if m.sharding_key:
+                target = queue_for_group(route.queues, m.sharding_key) if route.queues else unknown
+                calls.append(self._call(stub, future, [i], protos, target, m.sharding_key))
+        future._expect(len(calls))
+        self._dispatcher.submit(calls, self.send_timeout)
+        return future
+
+    def _call(self, stub, future: GrpcSendFuture, indexes: List[int], protos: List[pb.Message],
+              target: MessageQueue, group: Optional[str]) -> Call:
+        request = spb.SendMessageRequest(messages=[protos[i] for i in indexes])
+        ids = [protos[i].system_properties.message_id for i in indexes]
+
+        def start():
+            return stub.SendMessage.future(request, timeout=self.send_timeout,
+                                           metadata=self._metadata())
+
+        def finish(call) -> List[SendResult]:
+            try:
+                response = call.result()
+            except grpc.FutureCancelledError:
+                raise ClientClosed("the SendMessage call was cancelled (producer closed)") \
+                    from None
+            except grpc.RpcError as exc:
+                raise S.rpc_error(exc, "SendMessage", self._address, self.send_timeout) \
+                    from None
+            return convert.send_results(response, ids, target, self._address)
+
+        return Call(start, finish, group,
+                    lambda results, error: future._part_done(indexes, results, error))
 
     def send(self, messages: Sequence[Message],
              queue: Optional[MessageQueue] = None) -> List[SendResult]:
@@ -302,6 +371,7 @@ class GrpcProducer:
             if self._closed:
                 return
             self._closed = True
+            self._dispatcher.close("the GrpcProducer is closed")
             stub, session, channel = self._stub, self._session, self._channel
             self._stub = self._session = self._channel = None
         if stub is not None:
