@@ -41,4 +41,20 @@ if [ ! -e "$stamp" ]; then
     rm -f "$VENV"/.installed-*
     touch "$stamp"
 fi
+
+# The official gRPC client (PyPI rocketmq-python-client 5.1.2), conformance peer of the 5.x
+# proxy transport. It installs a top-level "rocketmq" package, like the C++ client in $VENV, so
+# it gets a venv of its own, driven from a subprocess by tests/grpc_peer.py. When it cannot be
+# installed (no network), its tests skip and say why.
+GRPC_PEER_VENV="${GRPC_PEER_VENV:-.venv-grpc-peer}"
+GRPC_PEER_PACKAGE="rocketmq-python-client==5.1.2"
+if [ ! -e "$GRPC_PEER_VENV/.installed-5.1.2" ]; then
+    echo "setup: installing $GRPC_PEER_PACKAGE into $GRPC_PEER_VENV" >&2
+    if { [ -x "$GRPC_PEER_VENV/bin/python" ] || "$PYTHON" -m venv "$GRPC_PEER_VENV"; } >&2 \
+            && "$GRPC_PEER_VENV/bin/python" -m pip install --quiet "$GRPC_PEER_PACKAGE" >&2; then
+        touch "$GRPC_PEER_VENV/.installed-5.1.2"
+    else
+        echo "setup: could not install $GRPC_PEER_PACKAGE; the gRPC conformance tests will skip" >&2
+    fi
+fi
 echo "$VENV/bin/python"
