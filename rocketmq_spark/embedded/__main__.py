@@ -9,7 +9,8 @@ Prints one line per server once they listen, then ``ready``::
     broker broker-b 127.0.0.1:40125
     ready
 
-(plus ``tls MODE CERTFILE`` before ``ready`` when serving TLS).
+(plus ``tls MODE CERTFILE`` before ``ready`` when serving TLS, and ``proxy HOST:PORT`` and
+``proxy-tls CERTFILE`` with ``--grpc-proxy``).
 
 ``--topic NAME[:QUEUES]`` creates topics, ``--fill TOPIC:COUNT[:SIZE]`` stores COUNT messages of
 SIZE bytes (default 100) spread round-robin over the topic's queues on every broker, without a
@@ -48,6 +49,11 @@ def _parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--tls", choices=("enforcing", "permissive"), help="serve TLS")
     p.add_argument("--tls-cert", help="PEM certificate (default: a fresh self-signed one)")
     p.add_argument("--tls-key", help="PEM key for --tls-cert")
+    p.add_argument("--grpc-proxy", action="store_true",
+                   help="also serve the 5.x proxy's gRPC MessagingService (TLS unless "
+                        "--grpc-proxy-plaintext)")
+    p.add_argument("--grpc-proxy-port", type=int, default=0, help="proxy port (default: free)")
+    p.add_argument("--grpc-proxy-plaintext", action="store_true", help="serve the proxy without TLS")
     p.add_argument("--max-transfer-count", type=int, default=32, help="per-pull message cap")
     p.add_argument("--max-transfer-bytes", type=int, default=256 * 1024, help="per-pull byte cap")
     p.add_argument("--no-auto-create", action="store_true",
@@ -92,6 +98,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         brokers=args.brokers, data_dir=args.data_dir, host=args.host,
         namesrv_port=args.port_namesrv, broker_ports=ports, acl=acl, tls=args.tls,
         tls_cert=args.tls_cert, tls_key=args.tls_key, call_timeout=600.0,
+        grpc_proxy=args.grpc_proxy, grpc_proxy_tls=not args.grpc_proxy_plaintext,
+        grpc_proxy_port=args.grpc_proxy_port,
         max_transfer_count=args.max_transfer_count, max_transfer_bytes=args.max_transfer_bytes,
         auto_create_topics=not args.no_auto_create, search_by_time=args.search_by_time)
     stop = threading.Event()
@@ -113,6 +121,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"broker {b.name} {b.addr}", flush=True)
         if cluster.tls_settings is not None:
             print(f"tls {cluster.tls_settings.mode} {cluster.tls_settings.certfile}", flush=True)
+        if args.grpc_proxy:
+            print(f"proxy {cluster.proxy_endpoint}", flush=True)
+            if cluster.proxy_tls_cert:
+                print(f"proxy-tls {cluster.proxy_tls_cert}", flush=True)
         print("ready", flush=True)
         while not stop.wait(0.5):
             pass
