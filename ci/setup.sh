@@ -35,9 +35,10 @@ stamp="$VENV/.installed-$(cat setup.cfg pyproject.toml | sha1sum | cut -c1-12)"
 if [ ! -e "$stamp" ]; then
     echo "setup: installing rocketmq-spark with its test extras into $VENV" >&2
     "$VENV/bin/python" -m pip install --quiet --upgrade pip >&2
-    # "compat" puts the checkout itself on sys.path, so PySpark finds the top-level
-    # pyspark_rocketmq module (its data source lookup scans sys.path, not import hooks).
-    "$VENV/bin/python" -m pip install --quiet -e ".[test]" --config-settings editable_mode=compat >&2
+    # An editable install that puts the checkout itself on sys.path (setup.cfg's package_dir
+    # makes it so), so PySpark finds the top-level pyspark_rocketmq module: its data source
+    # lookup scans sys.path, not import hooks.
+    "$VENV/bin/python" -m pip install --quiet -e ".[test]" >&2
     rm -f "$VENV"/.installed-*
     touch "$stamp"
 fi
