@@ -1,4 +1,9 @@
-"""A producer: single and batch sends, queue choice, topic auto-creation through TBW102."""
+"""A producer: single and batch sends, queue choice, topic auto-creation through TBW102.
+
+Big volumes go through :meth:`Producer.send_many` (or a :class:`~.pipeline.SendPipeline` fed
+with :class:`EncodedRequest` payloads, as the Spark sink does): batches of one queue each,
+several requests in flight per broker, retries on another broker.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -8,12 +13,13 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .broker import BrokerClient, SendResponse
 from .config import ClientConfig
 from .errors import RocketMQError, RouteNotFound
 from .nameserver import NameServerClient
+from .pipeline import SEND_OK, Outgoing, SendPipeline
 from .protocol import message as M
 from .protocol import properties as P
 from .protocol.codes import DEFAULT_TOPIC
@@ -23,15 +29,26 @@ from .remoting import RemotingClient
 
 log = logging.getLogger(__name__)
 
+# A default-configured broker's maxMessageSize: larger bodies are refused.
+MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+MAX_PROPERTIES_SIZE = 32767
+MAX_BATCH_BYTES = 1024 * 1024
+MAX_DELAY_LEVEL = 18
+
+
+class MessageTooLarge(RocketMQError, ValueError):
+    """A message the broker would refuse for its size (body or properties)."""
+
 
 @dataclass
 class Message:
     """A message to send. ``keys`` may be one string or several (stored space-separated).
 
     ``sharding_key``: messages with the same key belong together in order (RocketMQ's ordered
-    messages; stored as ``__SHARDINGKEY``). ``delay_level``: 1-18, deliver after that delay
-    level (stored as ``DELAY``). ``uniq_key``: the message id (``UNIQ_KEY``); a fresh one is
-    made when it is None."""
+    messages; stored as ``__SHARDINGKEY``); :meth:`Producer.send_many` sends them to one
+    queue, the one Java's ``SelectMessageQueueByHash`` picks for the key. ``delay_level``:
+    1-18, deliver after that delay level (stored as ``DELAY``). ``uniq_key``: the message id
+    (``UNIQ_KEY``); a fresh one is made when it is None."""
 
     topic: str
     body: bytes
@@ -67,17 +84,49 @@ class SendResult:
     queue_offset: int       # the first message's offset for a batch
 
 
+@dataclass
+class EncodedRequest:
+    """A send request's body and header fields, ready for any queue of its topic.
+
+    ``batch``: ``body`` is a SEND_BATCH_MESSAGE body (:func:`~.protocol.message.encode_batch`)
+    and ``properties`` the batch header's (WAIT only: a header UNIQ_KEY would override every
+    message's own). Otherwise ``body`` is one message's and ``properties`` its own.
+    ``sys_flag`` carries the compression bits (for a batch: of every message in it)."""
+
+    body: bytes
+    properties: str
+    sys_flag: int = 0
+    flag: int = 0
+    batch: bool = False
+    first_id: str = ""
+
+
+BATCH_HEADER_PROPERTIES = P.encode_properties({P.WAIT: "true"})
+
+
+def queue_for_key(queues: Sequence[MessageQueue], key: str) -> MessageQueue:
+    """The queue Java's ``SelectMessageQueueByHash`` picks: |String.hashCode()| mod n."""
+    return queues[abs(P.java_string_hash(key)) % len(queues)]
+
+
 class Producer:
     """Sends messages to a topic's writable queues, round robin unless a queue is given.
 
     A topic the name servers do not know is sent through the TBW102 template route, so a broker
     with auto-creation on creates it, as RocketMQ's own producers do.
+
+    ``send_timeout`` bounds a send with its retries (``retries`` more attempts after the
+    first); ``accept`` lists the send statuses that count as acknowledged besides SEND_OK
+    (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE): another status is retried
+    by :meth:`send_many`.
     """
 
     def __init__(self, name_server: Union[str, Sequence[str]],
                  group: str = "rocketmq-spark-producer", config: Optional[ClientConfig] = None,
                  compress_over: int = 4096, compression: int = M.COMPRESSION_ZLIB,
-                 default_topic_queue_nums: int = 4, send_timeout: float = 5.0, retries: int = 2):
+                 default_topic_queue_nums: int = 4, send_timeout: float = 5.0, retries: int = 2,
+                 max_message_size: int = MAX_MESSAGE_SIZE, max_in_flight_per_broker: int = 4,
+                 accept: Iterable[str] = (SEND_OK,)):
         self.config = config or ClientConfig()
         self.remoting = RemotingClient(self.config)
         self.names = NameServerClient(name_server, self.remoting)
@@ -88,6 +137,9 @@ class Producer:
         self.default_topic_queue_nums = default_topic_queue_nums
         self.send_timeout = send_timeout
         self.retries = retries
+        self.max_message_size = max_message_size
+        self.max_in_flight_per_broker = max_in_flight_per_broker
+        self.accept = frozenset(accept) | {SEND_OK}
         self._rr = itertools.count(random.randrange(1 << 16))  # as Java: a random first queue
         self._lock = threading.Lock()
         # Topics the name servers did not know: (when, route derived from TBW102).
@@ -136,7 +188,7 @@ class Producer:
         """The writable queues of ``topic`` (from the template route if it is new)."""
         queues = self._route(topic, refresh).writable_queues(topic)
         if not queues:
-            raise RouteNotFound(topic, "the topic has no writable queue")
+            raise RouteNotFound(topic, f"topic {topic!r} has no writable queue")
         return queues
 
     def _address(self, queue: MessageQueue, route: TopicRouteData) -> str:
@@ -145,54 +197,94 @@ class Producer:
             raise RouteNotFound(queue.topic, f"broker {queue.broker_name} has no master")
         return broker.master_addr
 
-    # ------------------------------------------------------------------ sending
+    # ------------------------------------------------------------------ encoding
 
-    def _encode(self, message: Message) -> tuple:
+    def check_size(self, topic: str, body_size: int, properties_size: int = 0,
+                   what: str = "a message") -> None:
+        """Raise :class:`MessageTooLarge` for what the broker would refuse."""
+        if body_size > self.max_message_size:
+            raise MessageTooLarge(f"{what} for topic {topic!r} has a body of {body_size:,} bytes"
+                                  f"; the broker takes at most {self.max_message_size:,}")
+        if properties_size > MAX_PROPERTIES_SIZE:
+            raise MessageTooLarge(f"{what} for topic {topic!r} has {properties_size:,} bytes "
+                                  f"of properties; the broker takes at most "
+                                  f"{MAX_PROPERTIES_SIZE:,}")
+
+    def encode(self, message: Message) -> EncodedRequest:
+        """One message as a single send; bodies of ``compress_over`` bytes or more are
+        compressed."""
         uniq = message.uniq_key or M.new_uniq_key()
         body, sys_flag = bytes(message.body), 0
         if self.compress_over >= 0 and len(body) >= self.compress_over:
             body, sys_flag = M.compress_body(body, self.compression)
         props = P.encode_properties(message.property_map(uniq))
-        return uniq, body, sys_flag, props
+        self.check_size(message.topic, len(body), len(props.encode()))
+        return EncodedRequest(body, props, sys_flag, message.flag, False, uniq)
+
+    def encode_batch(self, messages: Sequence[Message]) -> EncodedRequest:
+        """Messages of one topic as one SEND_BATCH_MESSAGE (uncompressed, as Java's producer
+        sends batches). Messages with a delay level cannot be batched (brokers refuse it)."""
+        if not messages:
+            raise ValueError("a batch needs at least one message")
+        topic = messages[0].topic
+        entries, first = [], None
+        for m in messages:
+            if m.topic != topic:
+                raise ValueError("all messages of a batch must have the same topic")
+            if m.delay_level:
+                raise ValueError("a message with a delay level cannot be sent in a batch")
+            uniq = m.uniq_key or M.new_uniq_key()
+            first = first or uniq
+            props = P.encode_properties(m.property_map(uniq))
+            body = bytes(m.body)
+            self.check_size(topic, len(body), len(props.encode()))
+            entries.append(M.BatchEntry(body, props, m.flag))
+        return EncodedRequest(M.encode_batch(entries), BATCH_HEADER_PROPERTIES, 0, 0, True,
+                              first or "")
+
+    # ------------------------------------------------------------------ the Sender protocol
+
+    def start(self, item: Outgoing, queue: MessageQueue, group: Optional[str] = None) -> Any:
+        """Send ``item`` (an :class:`EncodedRequest` payload) to ``queue`` without waiting."""
+        request: EncodedRequest = item.payload
+        route = self._route(queue.topic)
+        address = self._address(queue, route)
+        pending = self.brokers.send_message_async(
+            address, queue.broker_name, producer_group=group or self.group, topic=queue.topic,
+            queue_id=queue.queue_id, body=request.body, properties=request.properties,
+            sys_flag=request.sys_flag, flag=request.flag, batch=request.batch,
+            born_timestamp=int(time.time() * 1000),
+            default_topic_queue_nums=self.default_topic_queue_nums)
+        return address, pending, queue, request.first_id
+
+    def finish(self, handle: Any, timeout: float) -> List[SendResult]:
+        """The answer to :meth:`start`; raises for a refusal or a lost connection."""
+        address, pending, queue, first_id = handle
+        return [self._result(queue, first_id,
+                             self.brokers.send_wait(address, pending, timeout))]
+
+    def pipeline(self, **overrides) -> SendPipeline:
+        """A :class:`SendPipeline` over this producer with its limits and accepted statuses."""
+        settings = dict(max_in_flight_per_broker=self.max_in_flight_per_broker,
+                        send_timeout=self.send_timeout, retries=self.retries,
+                        accept=self.accept)
+        settings.update(overrides)
+        return SendPipeline(self, **settings)
+
+    # ------------------------------------------------------------------ sending
 
     def send(self, message: Message, queue: Optional[MessageQueue] = None) -> SendResult:
-        """Send one message; bodies of ``compress_over`` bytes or more are compressed."""
-        uniq, body, sys_flag, props = self._encode(message)
-        return self._send_with_retry(message.topic, queue, uniq, dict(
-            body=body, properties=props, sys_flag=sys_flag, flag=message.flag))
+        """Send one message and wait; bodies of ``compress_over`` bytes or more are
+        compressed. A transient failure is retried on another broker (when ``queue`` is not
+        given) within ``send_timeout``."""
+        return self._send_with_retry(message.topic, queue, self.encode(message))
 
     def send_batch(self, messages: Sequence[Message], queue: Optional[MessageQueue] = None
                    ) -> SendResult:
         """Send messages of one topic as one SEND_BATCH_MESSAGE; they land in one queue with
         consecutive offsets. Batches are not compressed (as with Java producers)."""
-        topic, first, body = self._encode_batch(messages)
-        return self._send_with_retry(topic, queue, first, self._batch_fields(body))
-
-    @staticmethod
-    def _encode_batch(messages: Sequence[Message]) -> tuple:
-        if not messages:
-            raise ValueError("a batch needs at least one message")
-        topic = messages[0].topic
-        if any(m.topic != topic for m in messages):
-            raise ValueError("all messages of a batch must have the same topic")
-        entries, first = [], None
-        for m in messages:
-            uniq = m.uniq_key or M.new_uniq_key()
-            first = first or uniq
-            entries.append(M.BatchEntry(bytes(m.body), P.encode_properties(m.property_map(uniq)),
-                                        m.flag))
-        return topic, first, M.encode_batch(entries)
-
-    @staticmethod
-    def _batch_fields(body: bytes) -> dict:
-        # The batch header carries WAIT only: a UNIQ_KEY here would overwrite every message's own.
-        return dict(body=body, properties=P.encode_properties({P.WAIT: "true"}), batch=True)
-
-    def _send_async(self, target: MessageQueue, route: TopicRouteData, fields: dict):
-        return self.brokers.send_message_async(
-            self._address(target, route), target.broker_name, producer_group=self.group,
-            topic=target.topic, queue_id=target.queue_id, born_timestamp=int(time.time() * 1000),
-            default_topic_queue_nums=self.default_topic_queue_nums, **fields)
+        return self._send_with_retry(messages[0].topic if messages else "", queue,
+                                     self.encode_batch(messages))
 
     def _pick(self, topic: str, route: TopicRouteData, avoid: set = frozenset()) -> MessageQueue:
         candidates = route.writable_queues(topic)
@@ -206,64 +298,70 @@ class Producer:
                           MessageQueue(target.topic, target.broker_name, r.queue_id),
                           r.queue_offset)
 
-    def _send_with_retry(self, topic: str, queue: Optional[MessageQueue], uniq: str,
-                         fields: dict) -> SendResult:
+    def _send_with_retry(self, topic: str, queue: Optional[MessageQueue],
+                         request: EncodedRequest) -> SendResult:
         tried: set = set()
+        deadline = time.monotonic() + self.send_timeout
         for attempt in range(self.retries + 1):
             route = self._route(topic, refresh=attempt > 0)
             target = queue or self._pick(topic, route, tried)
             try:
-                pending = self._send_async(target, route, fields)
-                r = self.brokers.send_wait(self._address(target, route), pending,
-                                           self.send_timeout)
+                handle = self.start(Outgoing(topic, request, 1), target)
+                return self.finish(handle, max(deadline - time.monotonic(), 0.05))[0]
             except RocketMQError as exc:
-                if not is_transient(exc) or attempt == self.retries:
+                if (not is_transient(exc) or attempt == self.retries
+                        or time.monotonic() >= deadline):
                     raise
                 tried.add(target.broker_name)
                 log.info("send to %s failed (%s); retrying", target, exc)
                 time.sleep(0.05 * (attempt + 1))
-                continue
-            return self._result(target, uniq, r)
         raise AssertionError("unreachable")
 
     def send_many(self, messages: Iterable[Message], batch_size: int = 256,
-                  in_flight: int = 8) -> List[SendResult]:
-        """Send many messages fast: message by message round robin over each topic's queues,
-        packed into one batch per queue of up to ``batch_size``, several batches in flight.
+                  in_flight: int = 8, max_batch_bytes: int = MAX_BATCH_BYTES
+                  ) -> List[SendResult]:
+        """Send many messages fast: consecutive messages of a topic packed into batches of
+        up to ``batch_size`` messages and ``max_batch_bytes``, each batch to the next queue
+        round robin, ``in_flight`` requests in flight per broker, failed batches retried on
+        another broker.
 
-        Returns one result per batch, in send order. No retries: a failure raises, and the
-        batches already acknowledged stay sent."""
-        pending: List = []
+        Messages with a ``sharding_key`` go to the queue of their key (Java's
+        ``SelectMessageQueueByHash``), in order; messages with a ``delay_level`` are sent one
+        by one (brokers refuse delayed messages in a batch). Returns one result per request,
+        in the order they were acknowledged. A request that cannot be acknowledged raises
+        :class:`~.pipeline.SendFailed`; the ones already acknowledged stay sent."""
         results: List[SendResult] = []
+        pipeline = self.pipeline(max_in_flight_per_broker=in_flight,
+                                 on_result=lambda item, queue, rs: results.extend(rs))
+        open_batches: Dict[Tuple[str, Optional[MessageQueue]], Tuple[List[Message], int]] = {}
         queues: Dict[str, List[MessageQueue]] = {}
-        chunks: Dict[MessageQueue, List[Message]] = {}
 
-        def finish_oldest():
-            target, address, uniq, p = pending.pop(0)
-            results.append(self._result(target, uniq,
-                                        self.brokers.send_wait(address, p, self.send_timeout)))
-
-        def start(target: MessageQueue, batch: List[Message]):
-            topic, first, body = self._encode_batch(batch)
-            route = self._route(topic)
-            pending.append((target, self._address(target, route), first,
-                            self._send_async(target, route, self._batch_fields(body))))
-            if len(pending) >= in_flight:
-                finish_oldest()
+        def flush_batch(key):
+            batch, size = open_batches.pop(key)
+            pipeline.submit(Outgoing(key[0], self.encode_batch(batch), len(batch), size,
+                                     key[1]))
 
         for m in messages:
-            if m.topic not in queues:
-                queues[m.topic] = self.queues(m.topic)
-            topic_queues = queues[m.topic]
-            target = topic_queues[next(self._rr) % len(topic_queues)]
-            chunk = chunks.setdefault(target, [])
-            chunk.append(m)
-            if len(chunk) >= batch_size:
-                start(target, chunks.pop(target))
-        for target, chunk in chunks.items():
-            start(target, chunk)
-        while pending:
-            finish_oldest()
+            fixed = None
+            if m.sharding_key:
+                if m.topic not in queues:
+                    queues[m.topic] = self.queues(m.topic)
+                fixed = queue_for_key(queues[m.topic], m.sharding_key)
+            if m.delay_level:
+                if (m.topic, fixed) in open_batches:  # keep a key's messages in order
+                    flush_batch((m.topic, fixed))
+                pipeline.submit(Outgoing(m.topic, self.encode(m), 1, len(m.body), fixed))
+                continue
+            key = (m.topic, fixed)
+            batch, size = open_batches.get(key, ([], 0))
+            if batch and (len(batch) >= batch_size or size + len(m.body) > max_batch_bytes):
+                flush_batch(key)
+                batch, size = [], 0
+            batch.append(m)
+            open_batches[key] = (batch, size + len(m.body))
+        for key in list(open_batches):
+            flush_batch(key)
+        pipeline.flush()
         return results
 
     def close(self) -> None:

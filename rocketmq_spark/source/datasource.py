@@ -1,7 +1,10 @@
-"""The ``rocketmq`` data source: options in, readers out."""
+"""The ``rocketmq`` data source: options in, readers and writers out."""
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.datasource import (
+    DataSource, DataSourceReader, DataSourceStreamReader, DataSourceStreamWriter,
+    DataSourceWriter,
+)
 from pyspark.sql.types import StructType
 
 from .schema import spark_schema
@@ -9,10 +12,12 @@ from .options import parse_options
 
 
 class RocketMQDataSource(DataSource):
-    """``spark.read.format("rocketmq")`` and ``spark.readStream.format("rocketmq")``.
+    """``spark.read`` / ``spark.readStream`` and ``df.write`` / ``df.writeStream`` with
+    ``format("rocketmq")``.
 
-    Options are checked when a reader is made, before anything connects; a bad option fails
-    the query at once with an error that names it.
+    Options are checked when a reader or writer is made, before anything connects; a bad
+    option (or, for writes, a bad input column) fails the query at once with an error that
+    names it. The write side lives in :mod:`rocketmq_spark.sink`.
     """
 
     @classmethod
@@ -32,3 +37,13 @@ class RocketMQDataSource(DataSource):
         from .stream_reader import RocketMQStreamReader
 
         return RocketMQStreamReader(parse_options(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from ..sink.writer import batch_writer
+
+        return batch_writer(self.options, schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from ..sink.writer import stream_writer
+
+        return stream_writer(self.options, schema, overwrite)

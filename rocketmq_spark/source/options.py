@@ -17,13 +17,10 @@ from ..client.acl import Credentials
 from ..client.config import parse_name_servers
 from ..client.protocol.properties import split_tags_expression
 from ..client.protocol.route import MessageQueue
+from ..options import OptionError  # one error class for the source and the sink
 
 EARLIEST = -2
 LATEST = -1
-
-
-class OptionError(ValueError):
-    """A missing, unknown or malformed option; the message names it."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +62,13 @@ KNOWN = {
     "commitoffsets": "commitOffsets",
     "offsetsrefreshintervalms": "offsetsRefreshIntervalMs",
     "verifycrc": "verifyCrc",
+    "membership": "membership",
+    "allocatestrategy": "allocateStrategy",
+    "consistenthashvirtualnodes": "consistentHashVirtualNodes",
+    "allocatemachinerooms": "allocateMachineRooms",
+    "lockqueues": "lockQueues",
+    "membername": "memberName",
+    "rebalanceintervalms": "rebalanceIntervalMs",
 }
 
 DEFAULT_GROUP = "spark-rocketmq-source"
@@ -95,6 +99,18 @@ class SourceOptions:
     commit_offsets: bool = True
     offsets_refresh_interval_ms: int = 50
     verify_crc: bool = True
+    membership: str = "none"
+    allocate_strategy: str = "averagely"
+    consistent_hash_virtual_nodes: int = 10
+    machine_rooms: Tuple[str, ...] = ()
+    lock_queues: bool = False
+    member_name: Optional[str] = None
+    rebalance_interval_ms: int = 20_000
+
+    @property
+    def group_member(self) -> bool:
+        """The query is one member of its consumer group (``membership=group``)."""
+        return self.membership == "group"
 
     @property
     def commits_to_group(self) -> bool:
@@ -191,6 +207,72 @@ def _position(name: str, value: str, modes: Tuple[str, ...]) -> Bound:
         return Bound("offsets", parse_queue_values(name, text, allow_modes=True))
     raise OptionError(f"option {name} must be one of {', '.join(modes)} or a JSON object of "
                       f"queues, got {value!r}")
+
+
+MEMBERSHIP_MODES = ("none", "group")
+MEMBER_ONLY = ("allocatestrategy", "consistenthashvirtualnodes", "allocatemachinerooms",
+               "lockqueues", "membername", "rebalanceintervalms")
+
+
+def _membership_options(opts: Dict[str, str], kw: Dict[str, object], streaming: bool) -> None:
+    """``membership=group``: the query shares its topics' queues with the consumer group's other
+    members (see :mod:`.membership`)."""
+    from .allocation import MACHINE_ROOM, STRATEGIES  # light: no Spark, no network
+
+    mode = opts.get("membership", "none").strip().lower()
+    if mode not in MEMBERSHIP_MODES:
+        raise OptionError(f"option membership must be none or group, got {opts['membership']!r}")
+    given = [KNOWN[k] for k in MEMBER_ONLY if k in opts]
+    if mode == "none":
+        if given:
+            raise OptionError(f"option {given[0]} needs membership=group")
+        return
+    if not streaming:
+        raise OptionError("option membership=group is for streaming queries (spark.readStream); "
+                          "a batch query reads the offsets it is given")
+    if not kw.get("group_given"):
+        raise OptionError("membership=group needs the option consumerGroup (the group to join)")
+    if kw.get("assigned"):
+        raise OptionError("membership=group shares a subscription's queues with the group; it "
+                          "cannot be used with assign (use subscribe or subscribePattern)")
+    if kw.get("commit_offsets") is False:
+        raise OptionError("membership=group hands queues over through the group's committed "
+                          "offsets; it cannot be used with commitOffsets=false")
+    kw["membership"] = mode
+    if "allocatestrategy" in opts:
+        wanted = opts["allocatestrategy"].strip()
+        by_lower = {s.lower(): s for s in STRATEGIES}
+        if wanted.lower() not in by_lower:
+            raise OptionError(f"option allocateStrategy must be one of {', '.join(STRATEGIES)}, "
+                              f"got {opts['allocatestrategy']!r}")
+        kw["allocate_strategy"] = by_lower[wanted.lower()]
+    if "consistenthashvirtualnodes" in opts:
+        if kw.get("allocate_strategy") != "consistentHash":
+            raise OptionError("option consistentHashVirtualNodes needs "
+                              "allocateStrategy=consistentHash")
+        kw["consistent_hash_virtual_nodes"] = _int("consistentHashVirtualNodes",
+                                                   opts["consistenthashvirtualnodes"], 1, 10_000)
+    rooms = tuple(r.strip() for r in opts.get("allocatemachinerooms", "").split(",")
+                  if r.strip())
+    if kw.get("allocate_strategy") == MACHINE_ROOM:
+        if not rooms:
+            raise OptionError("allocateStrategy=machineRoom needs the option "
+                              "allocateMachineRooms: the rooms (the part of a broker name before "
+                              "'@') whose queues the group reads, e.g. \"hz1,hz2\"")
+        kw["machine_rooms"] = rooms
+    elif "allocatemachinerooms" in opts:
+        raise OptionError("option allocateMachineRooms needs allocateStrategy=machineRoom")
+    if "lockqueues" in opts:
+        kw["lock_queues"] = _bool("lockQueues", opts["lockqueues"])
+    if "membername" in opts:
+        name = opts["membername"].strip()
+        if not re.match(r"^[A-Za-z0-9_.:-]{1,64}$", name):
+            raise OptionError(f"option memberName {opts['membername']!r} must be 1 to 64 "
+                              "letters, digits, '.', ':', '_' or '-' (it goes into the client id)")
+        kw["member_name"] = name
+    if "rebalanceintervalms" in opts:
+        kw["rebalance_interval_ms"] = _int("rebalanceIntervalMs", opts["rebalanceintervalms"],
+                                           100, 3_600_000)
 
 
 def parse_options(raw: Mapping[str, str], streaming: bool) -> SourceOptions:
@@ -343,4 +425,5 @@ def parse_options(raw: Mapping[str, str], streaming: bool) -> SourceOptions:
                                                  opts["offsetsrefreshintervalms"], 0, 600_000)
     if "verifycrc" in opts:
         kw["verify_crc"] = _bool("verifyCrc", opts["verifycrc"])
+    _membership_options(opts, kw, streaming)
     return SourceOptions(**kw)

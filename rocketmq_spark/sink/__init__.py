@@ -1,0 +1,8 @@
+"""The Spark write side: ``df.write`` / ``writeStream`` with ``format("rocketmq")``.
+
+Modules, one job each: :mod:`.options` (the options), :mod:`.schema` (the input columns,
+checked on the driver), :mod:`.rows` (one Arrow batch checked and normalized), :mod:`.ids`
+(message ids a replay reproduces), :mod:`.transport` (remoting or gRPC), :mod:`.requests`
+(rows into requests per topic and queue), :mod:`.task` (one task's sends) and :mod:`.writer`
+(the Spark writer classes). Nothing here imports the source.
+"""

@@ -1,0 +1,81 @@
+"""One Spark task's write: its Arrow batches in, its messages acknowledged, a summary out.
+
+The task returns only when every message it was given has been acknowledged with an accepted
+status; otherwise it raises, Spark fails the task and runs it again (and the messages it
+sends again carry the same message ids, see :mod:`.ids`).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, Optional
+
+import pyarrow as pa
+
+from ..client.pipeline import Outgoing, SendPipeline
+from .ids import TaskIdentity, message_id
+from .options import SinkOptions
+from .requests import plan_requests
+from .rows import normalize
+from .schema import ColumnPlan
+from .transport import Transport, open_transport
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TaskSummary:
+    """What one task sent (the commit message's content)."""
+
+    partition: int
+    rows: int = 0
+    requests: int = 0
+    bytes: int = 0
+    retries: int = 0
+    seconds: float = 0.0
+    by_broker: Dict[str, int] = field(default_factory=dict)
+    transport: str = ""
+    first_id: Optional[str] = None
+
+
+def write_task(batches: Iterable[pa.RecordBatch], plan: ColumnPlan, options: SinkOptions,
+               identity: TaskIdentity, group: str,
+               transport: Optional[Transport] = None) -> TaskSummary:
+    """Send every row of ``batches``; return once all are acknowledged (or raise)."""
+    started = time.monotonic()
+    transport = transport or open_transport(options, group)
+    pipeline = SendPipeline(transport, max_in_flight_per_broker=options.max_in_flight_per_broker,
+                            send_timeout=options.send_timeout_ms / 1000.0,
+                            retries=options.retries, accept=options.accept_statuses)
+    queues: Dict[str, list] = {}
+
+    def queues_of(topic: str):
+        if topic not in queues:
+            queues[topic] = list(transport.queues(topic))
+        return queues[topic]
+
+    row = 0
+    try:
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            rows = normalize(batch, plan, options, identity, row)
+            prepared = transport.prepare(rows)
+            for topic, queue, index, single in plan_requests(prepared, queues_of,
+                                                             options.max_batch_bytes):
+                pipeline.submit(Outgoing(topic, transport.payload(prepared, index, single),
+                                         len(index), int(prepared.sizes[index].sum()), queue,
+                                         row + int(index[0])))
+            row += batch.num_rows
+        stats = pipeline.flush()
+    finally:
+        transport.close()
+    summary = TaskSummary(identity.partition, row, stats.requests, stats.bytes, stats.retries,
+                          time.monotonic() - started, dict(stats.by_broker), transport.name,
+                          message_id(identity, 0) if row else None)
+    if stats.messages != row:  # every row is one message; anything else is a bug
+        raise AssertionError(f"{row} rows but {stats.messages} messages acknowledged")
+    log.info("sink task %s: %d rows in %d requests (%d retries) in %.2f s",
+             identity.describe(), row, stats.requests, stats.retries, summary.seconds)
+    return summary
