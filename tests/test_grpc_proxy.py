@@ -21,6 +21,7 @@ from rocketmq_spark.client.errors import (
     AuthError, ProxyAuthError, ProxyError, RequestTimeout, RouteNotFound,
 )
 from rocketmq_spark.client.grpc import GrpcProducer
+from rocketmq_spark.client.protocol.route import MessageQueue
 from rocketmq_spark.client.pull import is_transient
 from rocketmq_spark.embedded import EmbeddedCluster
 
@@ -356,7 +357,7 @@ def test_unknown_topic_and_refused_messages(cluster, producer):
     with pytest.raises(ValueError, match="sharding_key.*delay_level"):
         producer.send([Message("GrpcRefused", b"x", sharding_key="g", delay_level=2)])
     with pytest.raises(ValueError, match="queue"):
-        producer.send([Message("GrpcRefused", b"x")], queue=producer.queues("GrpcRefused")[0])
+        producer.send([Message("GrpcRefused", b"x")], queue=MessageQueue("Other", "broker-a", 0))
     with pytest.raises(ProxyError, match="ILLEGAL_MESSAGE_PROPERTY_KEY.*UNIQ_KEY") as info:
         producer.send([Message("GrpcRefused", b"x", properties={"UNIQ_KEY": "mine"})])
     assert not is_transient(info.value)

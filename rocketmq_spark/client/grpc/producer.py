@@ -298,14 +298,13 @@ class GrpcProducer:
         """Send ``messages`` (one topic) through the proxy; the future's result has one
         SendResult per message, in order. A FIFO message (``sharding_key``) goes alone to its
         group's queue, after the group's previous message was answered; the others go one per
-        call, or all in one call with ``multi_message_calls``. ``queue`` must be None: the 5.x
-        proxy chooses queues itself.
+        call, or all in one call with ``multi_message_calls``. ``queue`` is accepted for the
+        remoting producer's signature but does not place anything: the 5.x proxy chooses every
+        call's queue itself; each result's ``queue`` says what is known of it.
 
         Raises ValueError for messages the 5.x API cannot carry, before sending anything."""
-        if queue is not None:
-            raise ValueError("the 5.x proxy chooses the queue of every SendMessage call; "
-                             "send with queue=None (a message with a sharding_key goes to its "
-                             "group's queue)")
+        if queue is not None and queue.topic != messages[0].topic if messages else False:
+            raise ValueError(f"queue {queue} is not of topic {messages[0].topic!r}")
         if not messages:
             raise ValueError("send_async needs at least one message")
         topic = messages[0].topic
