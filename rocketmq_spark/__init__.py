@@ -3,6 +3,14 @@
 __version__ = "0.1.0"
 
 
+def __getattr__(name):
+    if name == "RocketMQLagListener":  # imports pyspark: only when asked for
+        from .source.lag import RocketMQLagListener
+
+        return RocketMQLagListener
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def register(spark) -> None:
     """Register the ``rocketmq`` data source with a SparkSession (needed only where the
     ``pyspark_rocketmq`` module is not importable, e.g. when the code ships as a zip)."""

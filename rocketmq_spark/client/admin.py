@@ -9,11 +9,14 @@ from .config import ClientConfig
 from .errors import BrokerUnavailable, RocketMQError, RouteNotFound
 from .nameserver import NameServerClient
 from .protocol.codes import ResponseCode
+from .protocol.message import decode_message
 from .protocol.route import MessageQueue, TopicRouteData
-from .pull import response_error
+from .pull import PullRequest, PullStatus, response_error
 from .remoting import RemotingClient
 
 OffsetResult = Union[int, None, RocketMQError]
+# The group named in lookups that pull (no offset is committed for it).
+LOOKUP_GROUP = "rocketmq-spark-lookup"
 
 
 class Admin:
@@ -98,6 +101,43 @@ class Admin:
                 out[mq] = exc
         out.update(self.brokers.queue_offsets(kind, targets, group=group,
                                               timestamp_ms=timestamp_ms, timeout=timeout))
+        return out
+
+    def store_times(self, positions: Mapping[MessageQueue, int], group: str = LOOKUP_GROUP,
+                    timeout: Optional[float] = None) -> Dict[MessageQueue, OffsetResult]:
+        """The store time (ms) of the message at each queue's offset: one message pulled per
+        queue, every pull of a broker sent in one write. ``None`` where no message is stored
+        there (the offset is at the queue's end, or retention dropped it); a queue whose broker
+        fails maps to the error."""
+        out: Dict[MessageQueue, OffsetResult] = {}
+        by_address: Dict[str, List[MessageQueue]] = {}
+        for mq in positions:
+            try:
+                by_address.setdefault(self.master_address(mq), []).append(mq)
+            except RocketMQError as exc:
+                out[mq] = exc
+        sent = []
+        for address, queues in by_address.items():
+            requests = [PullRequest(consumer_group=group, topic=mq.topic, queue_id=mq.queue_id,
+                                    queue_offset=positions[mq], broker_name=mq.broker_name,
+                                    max_msg_nums=1) for mq in queues]
+            try:
+                sent.extend(zip(queues, [address] * len(queues),
+                                self.brokers.pull_many_async(address, requests)))
+            except RocketMQError as exc:
+                out.update((mq, exc) for mq in queues)
+        for mq, address, pending in sent:
+            try:
+                result = self.brokers.pull_wait(address, pending,
+                                                timeout or self.remoting.config.request_timeout)
+                if result.status is not PullStatus.FOUND or not result.body:
+                    out[mq] = None
+                    continue
+                message, _ = decode_message(result.body, verify_crc=False, decompress=False)
+                out[mq] = message.store_timestamp if message.queue_offset == positions[mq] \
+                    else None
+            except RocketMQError as exc:
+                out[mq] = exc
         return out
 
     def commit_offsets(self, group: str, offsets: Mapping[MessageQueue, int],

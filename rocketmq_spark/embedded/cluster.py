@@ -327,6 +327,12 @@ class EmbeddedCluster:
         b = self._broker(broker_name)
         return self._call(lambda: b.store.queue(topic, queue_id).min_offset)
 
+    def store_time(self, topic: str, broker_name: str, queue_id: int,
+                   offset: int) -> Optional[int]:
+        """Store time (ms) of the message at ``offset``; None when none is stored there."""
+        b = self._broker(broker_name)
+        return self._call(lambda: b.store.queue(topic, queue_id).store_time(offset))
+
     def consumer_offset(self, group: str, topic: str, broker_name: str,
                         queue_id: int) -> Optional[int]:
         """The group's committed offset for the queue, None when nothing was committed."""

@@ -1,0 +1,253 @@
+"""Consumer lag of rocketmq streams, from each query progress: what Spark's Kafka source
+reports as ``min/max/avgOffsetsBehindLatest``, plus lag in time per queue.
+
+Python sources cannot add metrics to a progress, so a :class:`RocketMQLagListener` computes them
+in the driver: offsets behind latest from the progress's ``latestOffset`` (which the source
+reports) and ``endOffset``, and for every queue that is behind, the age of its oldest unread
+message (the store time of the message at the end offset, one small pull per lagging queue),
+which no broker metric gives::
+
+    options = {"nameServer": "ns:9876", "subscribe": "orders", "consumerGroup": "etl"}
+    lag = RocketMQLagListener(options)
+    spark.streams.addListener(lag)
+    query = spark.readStream.format("rocketmq").options(**options).load() ... .start()
+    ...
+    lag.latest(query.id).max_offsets_behind_latest
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Deque, Dict, List, Mapping, Optional
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+from ..client.admin import Admin
+from ..client.config import parse_name_servers
+from ..client.errors import RocketMQError
+from ..client.protocol.route import MessageQueue
+from ..client.settings import ConnectionSettings
+from ..options import OptionError, lower_keys, parse_credentials, parse_tls
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class QueueLag:
+    """One queue after a micro-batch. ``oldest_unread_ms`` is the store time of the next
+    message to read (None when the queue is caught up, or when it was not looked up)."""
+
+    offsets_behind: int
+    oldest_unread_ms: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class LagReport:
+    """The lag of one rocketmq source of a query after one micro-batch."""
+
+    query_id: str
+    run_id: str
+    name: Optional[str]
+    batch_id: int
+    source: int                       # index of the source in the progress
+    timestamp: str                    # the progress's timestamp (batch start, UTC)
+    measured_at_ms: int               # when the store times were looked up
+    num_input_rows: int
+    queues: Dict[str, QueueLag]       # "topic/brokerName/queueId" -> lag
+
+    @property
+    def min_offsets_behind_latest(self) -> int:
+        return min((q.offsets_behind for q in self.queues.values()), default=0)
+
+    @property
+    def max_offsets_behind_latest(self) -> int:
+        return max((q.offsets_behind for q in self.queues.values()), default=0)
+
+    @property
+    def avg_offsets_behind_latest(self) -> float:
+        if not self.queues:
+            return 0.0
+        return sum(q.offsets_behind for q in self.queues.values()) / len(self.queues)
+
+    @property
+    def total_offsets_behind_latest(self) -> int:
+        return sum(q.offsets_behind for q in self.queues.values())
+
+    def time_lag_ms(self, queue: str) -> int:
+        """Age of the queue's oldest unread message when measured (0 when caught up)."""
+        stored = self.queues[queue].oldest_unread_ms
+        return 0 if stored is None else max(0, self.measured_at_ms - stored)
+
+    @property
+    def max_time_lag_ms(self) -> int:
+        """Age of the oldest unread message of any queue (0 when every queue is caught up)."""
+        return max((self.time_lag_ms(q) for q in self.queues), default=0)
+
+
+def offsets_behind(latest: Mapping[str, int], end: Mapping[str, int]) -> Dict[str, int]:
+    """Per queue in both offsets: how many messages the batch's end is behind the latest.
+
+    Keys that are not queues (the source's marker for "no queues yet") are left out."""
+    out = {}
+    for key in sorted(latest):
+        if key in end and _is_queue(key):
+            out[key] = max(0, int(latest[key]) - int(end[key]))
+    return out
+
+
+def _is_queue(key: str) -> bool:
+    try:
+        MessageQueue.from_key(key)
+    except ValueError:
+        return False
+    return True
+
+
+_CONNECTION_OPTIONS = {"nameserver", "accesskey", "secretkey", "tls", "tlscafile", "tlsverify"}
+
+
+def _settings(options: Mapping[str, str]) -> ConnectionSettings:
+    opts = {k: v for k, v in lower_keys(options).items() if k in _CONNECTION_OPTIONS}
+    if not opts.get("nameserver", "").strip():
+        raise OptionError("RocketMQLagListener needs the option nameServer (pass the options "
+                          "the query's reader was given)")
+    try:
+        name_servers = tuple(parse_name_servers(opts["nameserver"]))
+    except ValueError as exc:
+        raise OptionError(f"option nameServer: {exc}") from None
+    tls, ca_file, verify = parse_tls(opts)
+    return ConnectionSettings(name_servers, parse_credentials(opts), tls, ca_file, verify)
+
+
+class RocketMQLagListener(StreamingQueryListener):
+    """Computes :class:`LagReport`\\ s for the rocketmq sources of every query in the session.
+
+    ``options`` are the reader's options (only the connection ones are used: nameServer,
+    accessKey/secretKey, tls*). ``time_lag=False`` skips the store-time lookups. The last
+    ``history`` reports of each query are kept; each report is also logged at INFO and passed
+    to ``on_report`` if given. Lookups that fail leave the time lag unknown; the listener never
+    raises into Spark.
+    """
+
+    def __init__(self, options: Mapping[str, str], *, time_lag: bool = True,
+                 history: int = 10_000, on_report=None):
+        self._settings = _settings(options)
+        self._time_lag = time_lag
+        self._history = history
+        self._on_report = on_report
+        self._reports: Dict[str, Deque[LagReport]] = {}
+        self._lock = threading.Lock()
+        self._admin: Optional[Admin] = None
+
+    def __repr__(self) -> str:
+        return f"RocketMQLagListener(nameServer={';'.join(self._settings.name_servers)!r})"
+
+    # ------------------------------------------------------------------ results
+
+    def reports(self, query_id=None) -> List[LagReport]:
+        """Reports kept for a query (its ``id``, as a UUID or text), oldest first; for every
+        query when ``query_id`` is None."""
+        with self._lock:
+            if query_id is None:
+                return sorted((r for d in self._reports.values() for r in d),
+                              key=lambda r: (r.timestamp, r.query_id))
+            return list(self._reports.get(str(query_id), ()))
+
+    def latest(self, query_id) -> Optional[LagReport]:
+        """The most recent report of a query, or None."""
+        with self._lock:
+            kept = self._reports.get(str(query_id))
+            return kept[-1] if kept else None
+
+    def close(self) -> None:
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
+
+    # ------------------------------------------------------------------ listener
+
+    def onQueryStarted(self, event) -> None:
+        pass
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        pass
+
+    def onQueryProgress(self, event) -> None:
+        try:
+            self.record(event.progress)
+        except Exception:  # a listener that raises only fills Spark's log with errors
+            log.exception("computing the rocketmq lag failed")
+
+    def record(self, progress) -> List[LagReport]:
+        """Compute, keep and return the reports of one progress (what onQueryProgress does)."""
+        made = []
+        for index, source in enumerate(progress.sources):
+            report = self._report(progress, index, source)
+            if report is not None:
+                made.append(report)
+        for report in made:
+            with self._lock:
+                kept = self._reports.setdefault(report.query_id, deque(maxlen=self._history))
+                kept.append(report)
+            log.info("rocketmq lag of query %s batch %d: offsets behind latest min %d / avg %.1f "
+                     "/ max %d over %d queues; oldest unread message %.1f s old",
+                     report.name or report.query_id, report.batch_id,
+                     report.min_offsets_behind_latest, report.avg_offsets_behind_latest,
+                     report.max_offsets_behind_latest, len(report.queues),
+                     report.max_time_lag_ms / 1000.0)
+            if self._on_report is not None:
+                self._on_report(report)
+        return made
+
+    # ------------------------------------------------------------------ internals
+
+    def _report(self, progress, index: int, source) -> Optional[LagReport]:
+        latest, end = _json(source.latestOffset), _json(source.endOffset)
+        if not isinstance(latest, dict) or not isinstance(end, dict):
+            return None  # not a rocketmq source, or no latest offset reported yet
+        behind = offsets_behind(latest, end)
+        if not behind and not any(_is_queue(k) for k in end):
+            return None
+        stored = self._store_times({k: int(end[k]) for k, n in behind.items() if n > 0}) \
+            if self._time_lag else {}
+        return LagReport(
+            query_id=str(progress.id), run_id=str(progress.runId), name=progress.name,
+            batch_id=int(progress.batchId), source=index, timestamp=progress.timestamp,
+            measured_at_ms=int(time.time() * 1000), num_input_rows=int(source.numInputRows),
+            queues={k: QueueLag(n, stored.get(k)) for k, n in behind.items()})
+
+    def _store_times(self, positions: Dict[str, int]) -> Dict[str, int]:
+        if not positions:
+            return {}
+        if self._admin is None:
+            self._admin = Admin(list(self._settings.name_servers),
+                                config=self._settings.client_config())
+        by_queue = {MessageQueue.from_key(k): v for k, v in positions.items()}
+        try:
+            found = self._admin.store_times(by_queue)
+        except RocketMQError as exc:
+            log.warning("cannot look up the store times for the time lag: %s", exc)
+            return {}
+        out = {}
+        for mq, value in found.items():
+            if isinstance(value, RocketMQError):
+                log.info("store time of %s at %d unavailable: %s", mq.key, by_queue[mq], value)
+            elif value is not None:
+                out[mq.key] = value
+        return out
+
+
+def _json(text: Optional[str]):
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
