@@ -1,0 +1,118 @@
+#!/usr/bin/env python
+"""gRPC transport benchmark: sending through the 5.x proxy endpoint against remoting, one run.
+
+One embedded cluster (its own process, with ``--grpc-proxy``), one topic of 4 queues; N
+messages of 100 B sent by:
+
+* ``remoting``: our Producer's ``send_many`` (batches of 256, pipelined): the reference;
+* ``grpc``: GrpcProducer, one message per SendMessage call (the default: what Apache's proxy
+  stores correctly), 64 calls in flight;
+* ``grpc-fifo``: the same with a sharding key on every message (100 groups): a group's calls
+  one after another;
+* ``grpc-multi``: GrpcProducer with ``multi_message_calls`` (256 messages per call): what the
+  transport could do against a proxy that kept each message's properties (Apache's does not).
+
+Prints messages/s, client CPU seconds, and each rate as a ratio of the remoting rate. The
+embedded proxy is Python, so the gRPC rates are bounded by the server too; the client CPU per
+message is the figure that carries over to a real proxy. Run:
+``.venv/bin/python ci/bench_grpc.py [--messages N] [--json FILE]``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rocketmq_spark.client import Message, Producer  # noqa: E402
+from rocketmq_spark.client.grpc import GrpcProducer  # noqa: E402
+
+TOPIC = "BenchGrpc"
+
+
+def start_server():
+    proc = subprocess.Popen([sys.executable, "-m", "rocketmq_spark.embedded", "--grpc-proxy",
+                             "--grpc-proxy-plaintext", "--topic", f"{TOPIC}:4"],
+                            stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    found = {}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        kind, _, rest = line.strip().partition(" ")
+        found[kind] = rest
+        if kind == "ready":
+            return proc, found["namesrv"], found["proxy"]
+    proc.kill()
+    raise SystemExit("the embedded server did not start")
+
+
+def messages(n: int, keyed: bool = False):
+    body = b"x" * 100
+    return [Message(TOPIC, body, tags="bench", keys=f"k{i}",
+                    sharding_key=f"g{i % 100}" if keyed else None) for i in range(n)]
+
+
+def timed(fn):
+    t0, c0 = time.perf_counter(), time.process_time()
+    count = fn()
+    return count, time.perf_counter() - t0, time.process_time() - c0
+
+
+def run_remoting(namesrv: str, n: int):
+    with Producer(namesrv) as p:
+        p.send_many(messages(100))  # routes and connections
+        batch = messages(n)
+        return timed(lambda: sum(1 for _ in p.send_many(batch)) and n)
+
+
+def run_grpc(endpoint: str, n: int, keyed: bool = False, multi: bool = False, chunk: int = 256):
+    with GrpcProducer(endpoint, tls=False, multi_message_calls=multi, send_timeout=60) as p:
+        p.send(messages(10))
+        batch = messages(n, keyed)
+
+        def go():
+            futures = [p.send_async(batch[i:i + chunk]) for i in range(0, n, chunk)]
+            return sum(len(f.result(120)) for f in futures)
+        return timed(go)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--messages", type=int, default=50_000)
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    proc, namesrv, proxy = start_server()
+    rows = {}
+    try:
+        n = args.messages
+        rows["remoting"] = run_remoting(namesrv, n)
+        rows["grpc"] = run_grpc(proxy, n)
+        rows["grpc-fifo"] = run_grpc(proxy, n, keyed=True)
+        rows["grpc-multi"] = run_grpc(proxy, n, multi=True)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    base = rows["remoting"][0] / rows["remoting"][1]
+    out = {}
+    print(f"{'transport':<12} {'messages':>9} {'seconds':>8} {'msg/s':>9} {'cpu s':>7} "
+          f"{'cpu us/msg':>10} {'ratio':>6}")
+    for name, (count, wall, cpu) in rows.items():
+        rate = count / wall
+        out[name] = {"messages": count, "seconds": wall, "rate": rate, "client_cpu": cpu,
+                     "ratio_to_remoting": rate / base}
+        print(f"{name:<12} {count:>9} {wall:>8.2f} {rate:>9.0f} {cpu:>7.2f} "
+              f"{cpu / count * 1e6:>10.1f} {rate / base:>6.3f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
