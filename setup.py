@@ -6,6 +6,7 @@ package falls back to its pure-Python decoder.
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("rocketmq_spark._native",
-                             ["native/rmq_native.c", "native/rmq_pull.c", "native/rmq_header.c"],
+                             ["native/rmq_native.c", "native/rmq_pull.c", "native/rmq_header.c",
+                              "native/rmq_serve.c"],
                              include_dirs=["native"], depends=["native/rmq_pull.h"],
                              extra_compile_args=["-O3"], optional=True)])

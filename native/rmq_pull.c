@@ -46,7 +46,7 @@ enum { R_BATCH = 0, R_END = 1, R_RESPONSE = 2, R_FOREIGN = 3, R_TIMEOUT = 4, R_C
 /* What the loop needs of one answer's header. */
 typedef struct {
     int32_t code, flag, opaque;
-    int64_t next_begin, suggest, delta;
+    int64_t next_begin, suggest, delta, min_offset, max_offset;
     int has_next, parsed; /* parsed: the fields above are trustworthy */
 } head_t;
 
@@ -135,13 +135,16 @@ static int parse_dec(const uint8_t *s, Py_ssize_t n, int64_t *out) {
     return 0;
 }
 
-/* The ext fields a pull answer's handling needs; 1 if the key is one of them. */
+/* The ext fields a pull answer's handling reads (Python's pull_result parses these five, and
+ * rejects the answer if one is not a number); 1 if the key is one of them. */
 static int take_field(head_t *h, const uint8_t *k, Py_ssize_t kl, const uint8_t *v,
                       Py_ssize_t vl, int *bad) {
     int64_t *dst = NULL;
     if (kl == 15 && memcmp(k, "nextBeginOffset", 15) == 0) { dst = &h->next_begin; h->has_next = 1; }
     else if (kl == 20 && memcmp(k, "suggestWhichBrokerId", 20) == 0) dst = &h->suggest;
     else if (kl == 11 && memcmp(k, "offsetDelta", 11) == 0) dst = &h->delta;
+    else if (kl == 9 && memcmp(k, "minOffset", 9) == 0) dst = &h->min_offset;  /* checked */
+    else if (kl == 9 && memcmp(k, "maxOffset", 9) == 0) dst = &h->max_offset;  /* as Python */
     else return 0;
     if (vl == 0) { *dst = 0; return 1; }  /* Python reads "" as the default, 0 */
     if (parse_dec(v, vl, dst) < 0) *bad = 1;
@@ -202,6 +205,28 @@ static const uint8_t *jstring(const uint8_t *p, const uint8_t *e, const uint8_t 
     return p + 1;
 }
 
+/* A JSON number (RFC 8259: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?) at p; NULL if not. */
+static const uint8_t *jnumber(const uint8_t *p, const uint8_t *e) {
+    if (p < e && *p == '-') p++;
+    if (p >= e) return NULL;
+    if (*p == '0') p++;
+    else if (*p >= '1' && *p <= '9') { while (p < e && *p >= '0' && *p <= '9') p++; }
+    else return NULL;
+    if (p < e && *p == '.') {
+        const uint8_t *d = ++p;
+        while (p < e && *p >= '0' && *p <= '9') p++;
+        if (p == d) return NULL;
+    }
+    if (p < e && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < e && (*p == '+' || *p == '-')) p++;
+        const uint8_t *d = p;
+        while (p < e && *p >= '0' && *p <= '9') p++;
+        if (p == d) return NULL;
+    }
+    return p;
+}
+
 /* Any value at p, skipped; NULL if it is not JSON. */
 static const uint8_t *jskip(const uint8_t *p, const uint8_t *e, int depth) {
     p = ws(p, e);
@@ -233,12 +258,7 @@ static const uint8_t *jskip(const uint8_t *p, const uint8_t *e, int depth) {
             return NULL;
         }
     }
-    if (*p == '-' || (*p >= '0' && *p <= '9')) {
-        p++;
-        while (p < e && ((*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' || *p == 'E' ||
-                         *p == '+' || *p == '-')) p++;
-        return p;
-    }
+    if (*p == '-' || (*p >= '0' && *p <= '9')) return jnumber(p, e);
     if (e - p >= 4 && (memcmp(p, "true", 4) == 0 || memcmp(p, "null", 4) == 0)) return p + 4;
     if (e - p >= 5 && memcmp(p, "false", 5) == 0) return p + 5;
     return NULL;
@@ -246,20 +266,22 @@ static const uint8_t *jskip(const uint8_t *p, const uint8_t *e, int depth) {
 
 /* A JSON integer at p (no fraction or exponent) into *v; NULL otherwise. */
 static const uint8_t *jint(const uint8_t *p, const uint8_t *e, int64_t *v) {
-    const uint8_t *s = p;
-    if (p < e && *p == '-') p++;
-    while (p < e && *p >= '0' && *p <= '9') p++;
-    if (p == s || (p < e && (*p == '.' || *p == 'e' || *p == 'E'))) return NULL;
-    if (parse_dec(s, p - s, v) < 0) return NULL;
-    return p;
+    const uint8_t *s = p, *end = jnumber(p, e);
+    if (!end) return NULL;
+    for (p = s; p < end; p++)
+        if (*p == '.' || *p == 'e' || *p == 'E') return NULL;
+    if (parse_dec(s, end - s, v) < 0) return NULL;
+    return end;
 }
 
 /* fastjson's header: code, flag, opaque and the wanted extFields. -1 if it cannot be read
  * here (Python's json module then decides); parsed=0 if a wanted field is odd. */
 static int parse_json(const uint8_t *p, Py_ssize_t n, head_t *out) {
     const uint8_t *e = p + n;
-    int have = 0, bad = 0;
+    int have = 0, bad = 0, ext_seen = 0;
     if (n >= 3 && p[0] == 0xEF && p[1] == 0xBB && p[2] == 0xBF) p += 3;
+    for (const uint8_t *c = p; c < e; c++)
+        if (*c >= 0x80) return -1;  /* not plain ASCII: Python checks the UTF-8 */
     p = ws(p, e);
     if (p >= e || *p != '{') return -1;
     p = ws(p + 1, e);
@@ -280,6 +302,7 @@ static int parse_json(const uint8_t *p, Py_ssize_t n, head_t *out) {
             else if (k[0] == 'f') { out->flag = (int32_t)v; have |= 2; }
             else { out->opaque = (int32_t)v; have |= 4; }
         } else if (kl == 9 && memcmp(k, "extFields", 9) == 0 && p < e && *p == '{') {
+            if (ext_seen++) return -1;  /* json keeps the last object whole: Python decides */
             p = ws(p + 1, e);
             if (p < e && *p == '}') p++;
             else for (;;) {

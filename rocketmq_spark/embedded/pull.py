@@ -18,10 +18,12 @@ PULL_NOT_FOUND (19) parks the request when sysFlag has SUSPEND and this is its f
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+import os
+from typing import TYPE_CHECKING, Callable, List, Optional, Tuple
 
 from ..client.protocol.codes import (
     PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND, ResponseCode,
+    SerializeType,
 )
 from ..client.protocol.frame import RemotingCommand
 from .consumers import build_subscription
@@ -39,19 +41,66 @@ OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
 OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
 
 
+def _number(fields, key: str, parse) -> int:
+    """A numeric header field: plain short digits at once, anything else as Java parses it."""
+    text = fields.get(key)
+    if text is not None and len(text) < 10 and text.isdigit() and text.isascii():
+        return int(text)
+    return parse(fields, key)
+
+
+def native_answers(broker) -> Optional[Callable[[bytes], Tuple[List[bytes], int]]]:
+    """The C answer to plain FOUND pulls (``native/rmq_serve.c``, byte for byte what
+    :func:`handle_pull` answers; a test holds them together) for ``broker``, or ``None`` when
+    the accelerator is not built or ``ROCKETMQ_SPARK_PURE_PYTHON`` is set. The function takes
+    a received chunk and returns the answers to the pulls at its start and the bytes they
+    used; everything from the first request it does not take on goes the Python way."""
+    try:
+        from .. import _native
+    except ImportError:  # pragma: no cover - depends on the build
+        return None
+    serve = getattr(_native, "serve_pulls", None)
+    store, options = getattr(broker, "store", None), getattr(broker, "options", None)
+    if serve is None or store is None or options is None or \
+            os.environ.get("ROCKETMQ_SPARK_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    topics, queues = store.topics, store.queues
+
+    def answer(data) -> Tuple[List[bytes], int]:
+        o = broker.options
+        return serve(data, topics, queues, o.max_transfer_count, o.max_transfer_bytes,
+                     o.suggest_broker_id, o.version)
+    return answer
+
+
+_SUBSCRIPTIONS: dict = {}
+
+
+def _subscription(topic: str, expression, expression_type, sub_version: int):
+    """build_subscription, remembered: every pull of a reader carries the same expression."""
+    key = (topic, expression, expression_type, sub_version)
+    sub = _SUBSCRIPTIONS.get(key)
+    if sub is None:
+        if len(_SUBSCRIPTIONS) > 4096:
+            _SUBSCRIPTIONS.clear()
+        sub = _SUBSCRIPTIONS[key] = build_subscription(topic, expression, expression_type,
+                                                       sub_version)
+    return sub
+
+
 def handle_pull(broker: "Broker", conn, cmd: RemotingCommand,
                 allow_suspend: bool = True) -> Optional[RemotingCommand]:
     """Answer a pull, or park it (returns None) for long polling."""
     fields = cmd.fields
     group = req_str(fields, "consumerGroup")
     topic = req_str(fields, "topic")
-    queue_id = req_int(fields, "queueId")
-    offset = req_long(fields, "queueOffset")
-    max_nums = req_int(fields, "maxMsgNums")
-    sys_flag = req_int(fields, "sysFlag")
-    commit_offset = req_long(fields, "commitOffset")
-    suspend_millis = req_long(fields, "suspendTimeoutMillis")
-    sub_version = req_long(fields, "subVersion")
+    queue_id = _number(fields, "queueId", req_int)
+    offset = _number(fields, "queueOffset", req_long)
+    max_nums = _number(fields, "maxMsgNums", req_int)
+    sys_flag = _number(fields, "sysFlag", req_int)
+    commit_offset = _number(fields, "commitOffset", req_long)
+    suspend_millis = _number(fields, "suspendTimeoutMillis", req_long)
+    sub_version = _number(fields, "subVersion", req_long)
     version = broker.options.version
 
     def error(code: int, remark: str) -> RemotingCommand:
@@ -69,8 +118,8 @@ def handle_pull(broker: "Broker", conn, cmd: RemotingCommand,
                      f"[{config.read_queue_nums}] consumer:[/{conn.peer}]")
 
     if sys_flag & PULL_FLAG_SUBSCRIPTION:
-        sub = build_subscription(topic, fields.get("subscription"), fields.get("expressionType"),
-                                 sub_version)
+        sub = _subscription(topic, fields.get("subscription"), fields.get("expressionType"),
+                            sub_version)
     else:
         info = broker.clients.consumers.get(group)
         if info is None:
@@ -120,6 +169,11 @@ def handle_pull(broker: "Broker", conn, cmd: RemotingCommand,
                "nextBeginOffset": str(next_begin),
                "maxOffset": str(max_offset), "minOffset": str(min_offset)},
         status, body=body, version=version)
+    if not allow_suspend:
+        # A parked pull's answer: the 4.9.8 broker writes it from the long-poll service
+        # without copying the request's serialization, so it goes out in the server's own
+        # (JSON), whatever the request used.
+        response.serialize_type = SerializeType.JSON
     if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and sys_flag & PULL_FLAG_SUSPEND:
         broker.long_poll.park(conn, cmd, topic, queue_id, offset,
                               None if sub.match_all else sub.codes, suspend_millis / 1000.0)

@@ -74,6 +74,15 @@ class ServerConnection(asyncio.Protocol):
         self.server._connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        answers = None
+        server = self.server
+        if server.native_pulls is not None and not self.decoder.pending and server.acl is None \
+                and not server.faults.rules:
+            # plain FOUND pulls are answered in C (embedded/pull.py: native_answers)
+            answers, used = server.native_pulls(data)
+            if used:
+                self.decoder.skip(used)
+                data = memoryview(data)[used:]
         try:
             commands = self.decoder.feed(data)
         except ProtocolError as exc:
@@ -82,7 +91,7 @@ class ServerConnection(asyncio.Protocol):
             return
         # Clients pipeline requests (our reader sends 8 pulls in one write): their answers go
         # out in one write too, instead of two system calls each.
-        self._corked = []
+        self._corked = answers or []
         try:
             for cmd in commands:
                 if self.closed:
@@ -144,6 +153,9 @@ class RemotingServer:
         self._sniffing: Set[socket.socket] = set()
         self._adopting: Set[asyncio.Task] = set()
         self._ssl_ctx = tls.server_context() if tls else None
+        from .pull import native_answers  # (pull imports modules that import this one)
+
+        self.native_pulls = native_answers(handler)
 
     @property
     def addr(self) -> str:

@@ -1,0 +1,462 @@
+/*
+ * serve_pulls(): the embedded broker's answer to plain FOUND pulls, in C.
+ *
+ * The embedded broker (rocketmq_spark/embedded) shares the machine's cores with every client
+ * it serves in our benchmarks; at a genuine broker's default caps a reader sends one pull per
+ * 32 messages, and answering each in Python cost more than reading it. This answers the
+ * common case byte for byte as rocketmq_spark/embedded/pull.py does (that module is the
+ * reference, and a test holds the two against each other): an unfiltered subscription pull
+ * (sysFlag has SUBSCRIPTION, not COMMIT_OFFSET; subscription "*" or empty; expression type TAG
+ * or absent) of a readable topic's valid queue at an offset within [min, max). Anything else,
+ * and any field that is not plain, stops it: that frame and the rest go to the Python path.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "rmq_pull.h"
+
+#define PERM_READ 4
+#define FLAG_SUSPEND 0x2
+#define FLAG_COMMIT 0x1
+#define FLAG_SUBSCRIPTION 0x4
+#define MAX_FRAME (16 * 1024 * 1024)
+
+enum { K_GROUP, K_TOPIC, K_QID, K_OFFSET, K_NUMS, K_SYSFLAG, K_COMMIT, K_SUSPEND, K_SUB,
+       K_SUBVER, K_EXPR, NKEYS };
+static const char *KEYS[NKEYS] = {"consumerGroup", "topic", "queueId", "queueOffset",
+                                  "maxMsgNums", "sysFlag", "commitOffset",
+                                  "suspendTimeoutMillis", "subscription", "subVersion",
+                                  "expressionType"};
+
+typedef struct { const uint8_t *p; Py_ssize_t n; int set, plain; } span_t;
+
+typedef struct {
+    int32_t code, flag, opaque;
+    int have_code, have_flag, have_opaque;
+    span_t v[NKEYS];
+} req_t;
+
+static inline int32_t be32(const uint8_t *p) {
+    return (int32_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]);
+}
+static inline int16_t be16(const uint8_t *p) { return (int16_t)((uint16_t)p[0] << 8 | p[1]); }
+static inline void put32(uint8_t *p, uint32_t v) {
+    p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;
+}
+
+static void keep(req_t *r, const uint8_t *k, Py_ssize_t kl, const uint8_t *v, Py_ssize_t vl,
+                 int plain) {
+    for (int i = 0; i < NKEYS; i++) {
+        if ((Py_ssize_t)strlen(KEYS[i]) == kl && memcmp(KEYS[i], k, kl) == 0) {
+            r->v[i].p = v; r->v[i].n = vl; r->v[i].set = 1; r->v[i].plain = plain;
+            return;
+        }
+    }
+}
+
+static int read_binary(const uint8_t *h, Py_ssize_t n, req_t *r) {
+    if (n < 21) return -1;
+    r->code = be16(h); r->have_code = 1;
+    r->opaque = be32(h + 5); r->have_opaque = 1;
+    r->flag = be32(h + 9); r->have_flag = 1;
+    Py_ssize_t pos = 13;
+    int32_t rl = be32(h + pos);
+    pos += 4;
+    if (rl < 0 || pos + rl + 4 > n) return -1;
+    for (Py_ssize_t c = pos; c < pos + rl; c++)
+        if (h[c] >= 0x80) return -1;  /* plain ASCII only: Python checks the UTF-8 */
+    pos += rl;
+    int32_t el = be32(h + pos);
+    pos += 4;
+    if (el < 0 || pos + el != n) return -1;
+    while (pos < n) {
+        if (pos + 2 > n) return -1;
+        int16_t kl = be16(h + pos);
+        if (kl < 0 || pos + 2 + kl + 4 > n) return -1;
+        const uint8_t *k = h + pos + 2;
+        pos += 2 + kl;
+        int32_t vl = be32(h + pos);
+        if (vl < 0 || pos + 4 + vl > n) return -1;
+        for (Py_ssize_t c = 0; c < kl; c++)
+            if (k[c] >= 0x80) return -1;
+        for (Py_ssize_t c = 0; c < vl; c++)
+            if (h[pos + 4 + c] >= 0x80) return -1;
+        keep(r, k, kl, h + pos + 4, vl, 1);
+        pos += 4 + vl;
+    }
+    return 0;
+}
+
+/* ---- fastjson-shaped JSON, as in rmq_pull.c but keeping request fields */
+
+static const uint8_t *ws(const uint8_t *p, const uint8_t *e) {
+    while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+    return p;
+}
+
+static const uint8_t *str(const uint8_t *p, const uint8_t *e, const uint8_t **s,
+                          Py_ssize_t *len, int *esc) {
+    if (p >= e || *p != '"') return NULL;
+    *s = ++p;
+    *esc = 0;
+    while (p < e && *p != '"') {
+        if (*p == '\\') { *esc = 1; if (++p >= e) return NULL; }
+        else if (*p < 0x20) return NULL;
+        p++;
+    }
+    if (p >= e) return NULL;
+    *len = p - *s;
+    return p + 1;
+}
+
+/* A JSON number (RFC 8259: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?) at p; NULL if not. */
+static const uint8_t *jnumber(const uint8_t *p, const uint8_t *e) {
+    if (p < e && *p == '-') p++;
+    if (p >= e) return NULL;
+    if (*p == '0') p++;
+    else if (*p >= '1' && *p <= '9') { while (p < e && *p >= '0' && *p <= '9') p++; }
+    else return NULL;
+    if (p < e && *p == '.') {
+        const uint8_t *d = ++p;
+        while (p < e && *p >= '0' && *p <= '9') p++;
+        if (p == d) return NULL;
+    }
+    if (p < e && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < e && (*p == '+' || *p == '-')) p++;
+        const uint8_t *d = p;
+        while (p < e && *p >= '0' && *p <= '9') p++;
+        if (p == d) return NULL;
+    }
+    return p;
+}
+
+static const uint8_t *skip(const uint8_t *p, const uint8_t *e, int depth) {
+    p = ws(p, e);
+    if (p >= e || depth > 32) return NULL;
+    if (*p == '"') { const uint8_t *s; Py_ssize_t l; int esc; return str(p, e, &s, &l, &esc); }
+    if (*p == '{' || *p == '[') {
+        uint8_t close = *p == '{' ? '}' : ']';
+        int obj = *p == '{';
+        p = ws(p + 1, e);
+        if (p < e && *p == close) return p + 1;
+        for (;;) {
+            if (obj) {
+                const uint8_t *s; Py_ssize_t l; int esc;
+                if (!(p = str(ws(p, e), e, &s, &l, &esc))) return NULL;
+                p = ws(p, e);
+                if (p >= e || *p != ':') return NULL;
+                p++;
+            }
+            if (!(p = skip(p, e, depth + 1))) return NULL;
+            p = ws(p, e);
+            if (p < e && *p == ',') { p++; continue; }
+            if (p < e && *p == close) return p + 1;
+            return NULL;
+        }
+    }
+    if (*p == '-' || (*p >= '0' && *p <= '9')) return jnumber(p, e);
+    if (e - p >= 4 && (memcmp(p, "true", 4) == 0 || memcmp(p, "null", 4) == 0)) return p + 4;
+    if (e - p >= 5 && memcmp(p, "false", 5) == 0) return p + 5;
+    return NULL;
+}
+
+static int small_int(const uint8_t *p, Py_ssize_t n, int32_t *out) {
+    int neg = 0;
+    if (n && *p == '-') { neg = 1; p++; n--; }
+    if (n < 1 || n > 9) return -1;
+    int32_t v = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return -1;
+        v = v * 10 + (p[i] - '0');
+    }
+    *out = neg ? -v : v;
+    return 0;
+}
+
+static int read_json(const uint8_t *p, Py_ssize_t n, req_t *r) {
+    const uint8_t *e = p + n;
+    int ext_seen = 0;
+    if (n >= 3 && p[0] == 0xEF && p[1] == 0xBB && p[2] == 0xBF) p += 3;
+    p = ws(p, e);
+    if (p >= e || *p != '{') return -1;
+    p = ws(p + 1, e);
+    if (p < e && *p == '}') return -1;
+    for (;;) {
+        const uint8_t *k; Py_ssize_t kl; int esc;
+        if (!(p = str(ws(p, e), e, &k, &kl, &esc)) || esc) return -1;
+        p = ws(p, e);
+        if (p >= e || *p != ':') return -1;
+        p = ws(p + 1, e);
+        const uint8_t *v = p;
+        if (kl == 9 && memcmp(k, "extFields", 9) == 0) {
+            if (p >= e || *p != '{' || ext_seen++) return -1;
+            p = ws(p + 1, e);
+            if (p < e && *p == '}') p++;
+            else for (;;) {
+                const uint8_t *fk, *fv; Py_ssize_t fkl, fvl; int fesc, vesc = 0, plain = 1;
+                if (!(p = str(ws(p, e), e, &fk, &fkl, &fesc))) return -1;
+                p = ws(p, e);
+                if (p >= e || *p != ':') return -1;
+                p = ws(p + 1, e);
+                if (p < e && *p == '"') {
+                    if (!(p = str(p, e, &fv, &fvl, &vesc))) return -1;
+                    plain = !vesc;
+                } else {
+                    fv = p;
+                    if (!(p = skip(p, e, 1))) return -1;
+                    fvl = p - fv;
+                    /* a JSON number is its text to Python; true/false/null/objects are not
+                     * what this path takes */
+                    plain = fvl > 0 && (fv[0] == '-' || (fv[0] >= '0' && fv[0] <= '9'));
+                }
+                if (!fesc) keep(r, fk, fkl, fv, fvl, plain);
+                p = ws(p, e);
+                if (p < e && *p == ',') { p++; continue; }
+                if (p < e && *p == '}') { p++; break; }
+                return -1;
+            }
+        } else {
+            if (!(p = skip(p, e, 1))) return -1;
+            int32_t x;
+            int is = (v < e && (*v == '-' || (*v >= '0' && *v <= '9'))) &&
+                     small_int(v, p - v, &x) == 0;
+            if (kl == 4 && memcmp(k, "code", 4) == 0) { if (!is) return -1; r->code = x; r->have_code = 1; }
+            else if (kl == 4 && memcmp(k, "flag", 4) == 0) { if (!is) return -1; r->flag = x; r->have_flag = 1; }
+            else if (kl == 6 && memcmp(k, "opaque", 6) == 0) {
+                /* opaques go up to 2^31 - 1: ten digits */
+                Py_ssize_t l = p - v;
+                int64_t big = 0;
+                int neg = l && v[0] == '-';
+                if (l - neg < 1 || l - neg > 10) return -1;
+                for (Py_ssize_t i = neg; i < l; i++) {
+                    if (v[i] < '0' || v[i] > '9') return -1;
+                    big = big * 10 + (v[i] - '0');
+                }
+                if (neg) big = -big;
+                if (big < INT32_MIN || big > INT32_MAX) return -1;
+                r->opaque = (int32_t)big;
+                r->have_opaque = 1;
+            }
+        }
+        p = ws(p, e);
+        if (p < e && *p == ',') { p++; continue; }
+        if (p < e && *p == '}') { p++; break; }
+        return -1;
+    }
+    if (ws(p, e) != e) return -1;
+    return 0;
+}
+
+/* A header number as Java's parser and ours both read it: plain digits only here. */
+static int num(const span_t *s, int digits, int64_t *out) {
+    if (!s->set || !s->plain || s->n < 1 || s->n > digits) return -1;
+    int64_t v = 0;
+    for (Py_ssize_t i = 0; i < s->n; i++) {
+        if (s->p[i] < '0' || s->p[i] > '9') return -1;
+        v = v * 10 + (s->p[i] - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+static int is_text(const span_t *s, const char *t) {
+    Py_ssize_t n = (Py_ssize_t)strlen(t);
+    return s->set && s->plain && s->n == n && memcmp(s->p, t, n) == 0;
+}
+
+static long long attr_ll(PyObject *o, const char *name, int *err) {
+    PyObject *v = PyObject_GetAttrString(o, name);
+    if (!v) { *err = 1; return 0; }
+    long long x = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred()) *err = 1;
+    return x;
+}
+
+/* One request frame (after its length prefix): its answer, or NULL with no error set when the
+ * Python path must answer it, or NULL with an error. */
+static PyObject *answer(const uint8_t *f, Py_ssize_t n, PyObject *topics, PyObject *queues,
+                        long long max_count, long long max_bytes, long long suggest,
+                        int version) {
+    if (n < 4) return NULL;
+    uint32_t word = (uint32_t)be32(f);
+    uint32_t ser = word >> 24, hl = word & 0xFFFFFF;
+    if (4 + (Py_ssize_t)hl > n || n != 4 + (Py_ssize_t)hl) return NULL;  /* pulls have no body */
+    req_t r;
+    memset(&r, 0, sizeof(r));
+    if (ser == 1) { if (read_binary(f + 4, hl, &r) < 0) return NULL; }
+    else if (ser == 0) {
+        for (Py_ssize_t c = 4; c < n; c++)
+            if (f[c] >= 0x80) return NULL;  /* plain ASCII only: Python checks the UTF-8 */
+        if (read_json(f + 4, hl, &r) < 0) return NULL;
+    } else return NULL;
+    if (!r.have_code || r.code != 11 || (r.have_flag && (r.flag & 3))) return NULL;
+    int64_t qid, offset, nums, sysflag, x;
+    if (!r.v[K_GROUP].set || !r.v[K_TOPIC].set || !r.v[K_TOPIC].plain) return NULL;
+    if (num(&r.v[K_QID], 9, &qid) < 0 || num(&r.v[K_OFFSET], 18, &offset) < 0 ||
+        num(&r.v[K_NUMS], 9, &nums) < 0 || num(&r.v[K_SYSFLAG], 9, &sysflag) < 0 ||
+        num(&r.v[K_COMMIT], 18, &x) < 0 || num(&r.v[K_SUSPEND], 18, &x) < 0 ||
+        num(&r.v[K_SUBVER], 18, &x) < 0)
+        return NULL;
+    if (!(sysflag & FLAG_SUBSCRIPTION) || (sysflag & FLAG_COMMIT)) return NULL;
+    if (r.v[K_SUB].set && !(is_text(&r.v[K_SUB], "*") || is_text(&r.v[K_SUB], "")))
+        return NULL;
+    if (r.v[K_EXPR].set && !is_text(&r.v[K_EXPR], "TAG")) return NULL;
+
+    PyObject *topic = PyUnicode_DecodeUTF8((const char *)r.v[K_TOPIC].p, r.v[K_TOPIC].n, NULL);
+    if (!topic) { PyErr_Clear(); return NULL; }
+    PyObject *config = PyDict_GetItemWithError(topics, topic);
+    int err = 0;
+    if (!config) { Py_DECREF(topic); return NULL; }
+    long long perm = attr_ll(config, "perm", &err);
+    long long readable_queues = attr_ll(config, "read_queue_nums", &err);
+    if (err) { Py_DECREF(topic); return NULL; }
+    if (!(perm & PERM_READ) || qid >= readable_queues) { Py_DECREF(topic); return NULL; }
+    PyObject *key = Py_BuildValue("(OL)", topic, (long long)qid);
+    Py_DECREF(topic);
+    if (!key) return NULL;
+    PyObject *queue = PyDict_GetItemWithError(queues, key);
+    Py_DECREF(key);
+    if (!queue) return NULL;
+    long long first = attr_ll(queue, "_first", &err);
+    long long base = attr_ll(queue, "_buf_start", &err);
+    if (err) return NULL;
+    PyObject *ends_obj = PyObject_GetAttrString(queue, "_ends");
+    if (!ends_obj) return NULL;
+    PyObject *buf_obj = PyObject_GetAttrString(queue, "_buf");
+    if (!buf_obj) { Py_DECREF(ends_obj); return NULL; }
+    Py_buffer ends, buf;
+    if (PyObject_GetBuffer(ends_obj, &ends, PyBUF_FORMAT) < 0) {
+        Py_DECREF(ends_obj); Py_DECREF(buf_obj); return NULL;
+    }
+    if (PyObject_GetBuffer(buf_obj, &buf, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&ends); Py_DECREF(ends_obj); Py_DECREF(buf_obj); return NULL;
+    }
+    PyObject *out = NULL;
+    if (ends.itemsize != 8 || !ends.format || strcmp(ends.format, "q") != 0) goto done;
+    const int64_t *e = ends.buf;
+    Py_ssize_t count = ends.len / 8;
+    int64_t min_off = first, max_off = first + count;
+    if (max_off == 0 || offset < min_off || offset >= max_off) goto done;  /* other statuses */
+    Py_ssize_t i = (Py_ssize_t)(offset - first);
+    int64_t window = (nums * 20 > 16000 ? nums * 20 : 16000) / 20;
+    int64_t take = nums > 1 ? nums : 1;
+    if ((max_count > 1 ? max_count : 1) < take) take = max_count > 1 ? max_count : 1;
+    if (count - i < take) take = count - i;
+    if (window < take) take = window;
+    int64_t start = i ? e[i - 1] : base;
+    /* bisect_right(ends, start + max_bytes, i, i + take) */
+    Py_ssize_t lo = i, hi = i + (Py_ssize_t)take;
+    int64_t limit = start + max_bytes;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (limit < e[mid]) hi = mid; else lo = mid + 1;
+    }
+    Py_ssize_t k = lo - i > 1 ? lo - i : 1;
+    int64_t stop = e[i + k - 1];
+    Py_ssize_t b0 = (Py_ssize_t)(start - base), b1 = (Py_ssize_t)(stop - base);
+    if (b0 < 0 || b1 > buf.len || b1 < b0) goto done;
+    int64_t next = offset + k;
+
+    /* the answer, as make_response(SUCCESS, {suggestWhichBrokerId, nextBeginOffset, maxOffset,
+     * minOffset}, "FOUND", body, language JAVA) encodes it in the request's serialization */
+    char vals[4][24];
+    int vl[4];
+    vl[0] = snprintf(vals[0], 24, "%lld", suggest);
+    vl[1] = snprintf(vals[1], 24, "%lld", (long long)next);
+    vl[2] = snprintf(vals[2], 24, "%lld", (long long)max_off);
+    vl[3] = snprintf(vals[3], 24, "%lld", (long long)min_off);
+    static const char *names[4] = {"suggestWhichBrokerId", "nextBeginOffset", "maxOffset",
+                                   "minOffset"};
+    char head[512];
+    Py_ssize_t hlen;
+    if (ser == 1) {
+        uint8_t *h = (uint8_t *)head;
+        h[0] = 0; h[1] = 0; h[2] = 0;           /* code SUCCESS, language JAVA */
+        h[3] = (uint8_t)(version >> 8); h[4] = (uint8_t)version;
+        put32(h + 5, (uint32_t)r.opaque);
+        put32(h + 9, 1);
+        put32(h + 13, 5);
+        memcpy(h + 17, "FOUND", 5);
+        uint8_t *q = h + 26;
+        for (int j = 0; j < 4; j++) {
+            int kl = (int)strlen(names[j]);
+            q[0] = 0; q[1] = (uint8_t)kl;
+            memcpy(q + 2, names[j], kl);
+            put32(q + 2 + kl, (uint32_t)vl[j]);
+            memcpy(q + 6 + kl, vals[j], vl[j]);
+            q += 6 + kl + vl[j];
+        }
+        put32(h + 22, (uint32_t)(q - (h + 26)));
+        hlen = q - h;
+    } else {
+        hlen = snprintf(head, sizeof(head),
+                        "{\"code\":0,\"extFields\":{\"suggestWhichBrokerId\":\"%s\","
+                        "\"nextBeginOffset\":\"%s\",\"maxOffset\":\"%s\",\"minOffset\":\"%s\"},"
+                        "\"flag\":1,\"language\":\"JAVA\",\"opaque\":%d,\"remark\":\"FOUND\","
+                        "\"serializeTypeCurrentRPC\":\"JSON\",\"version\":%d}",
+                        vals[0], vals[1], vals[2], vals[3], (int)r.opaque, version);
+    }
+    Py_ssize_t body = b1 - b0, total = 8 + hlen + body;
+    out = PyBytes_FromStringAndSize(NULL, total);
+    if (!out) goto done;
+    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
+    put32(o, (uint32_t)(total - 4));
+    put32(o + 4, (ser << 24) | (uint32_t)hlen);
+    memcpy(o + 8, head, hlen);
+    memcpy(o + 8 + hlen, (const uint8_t *)buf.buf + b0, body);
+done:
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&ends);
+    Py_DECREF(ends_obj);
+    Py_DECREF(buf_obj);
+    return out;
+}
+
+/* serve_pulls(data, topics, queues, max_count, max_bytes, suggest, version)
+ *   -> (answers, consumed)
+ * Answers the whole frames at the start of ``data`` while each is a pull this path takes;
+ * ``consumed`` bytes of ``data`` were answered, the rest is for the Python path. */
+static PyObject *serve_pulls(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    PyObject *topics, *queues;
+    long long max_count, max_bytes, suggest;
+    int version;
+    if (!PyArg_ParseTuple(args, "y*O!O!LLLi", &data, &PyDict_Type, &topics, &PyDict_Type,
+                          &queues, &max_count, &max_bytes, &suggest, &version))
+        return NULL;
+    PyObject *answers = PyList_New(0);
+    if (!answers) { PyBuffer_Release(&data); return NULL; }
+    const uint8_t *d = data.buf;
+    Py_ssize_t pos = 0;
+    while (data.len - pos >= 4) {
+        int32_t length = be32(d + pos);
+        if (length < 4 || (int64_t)length + 4 > MAX_FRAME || data.len - pos - 4 < length) break;
+        PyObject *a = answer(d + pos + 4, length, topics, queues, max_count, max_bytes, suggest,
+                             version);
+        if (!a) {
+            if (PyErr_Occurred()) { Py_DECREF(answers); PyBuffer_Release(&data); return NULL; }
+            break;
+        }
+        int rc = PyList_Append(answers, a);
+        Py_DECREF(a);
+        if (rc < 0) { Py_DECREF(answers); PyBuffer_Release(&data); return NULL; }
+        pos += 4 + length;
+    }
+    PyBuffer_Release(&data);
+    return Py_BuildValue("(Nn)", answers, pos);
+}
+
+static PyMethodDef serve_functions[] = {
+    {"serve_pulls", serve_pulls, METH_VARARGS,
+     "Answer the plain FOUND pulls at the start of a received chunk (embedded broker)."},
+    {NULL, NULL, 0, NULL},
+};
+
+int rmq_serve_register(PyObject *module) {
+    return PyModule_AddFunctions(module, serve_functions);
+}

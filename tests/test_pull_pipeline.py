@@ -1,0 +1,268 @@
+"""The pull pipeline at a genuine broker's caps: the native loop, its Python twin, and the
+embedded broker's C answer to plain pulls, each held against the pure-Python reference.
+
+A default broker serves at most 32 messages (256 KiB) a pull from memory and 8 (64 KiB) from
+disk, whatever ``maxMsgNums`` asks. The reader learns that cap from the answers, keeps
+``pipeline_depth`` requests in flight and asks at once for exactly the gap an answer leaves.
+"""
+from __future__ import annotations
+
+import struct
+import threading
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from rocketmq_spark import _native
+from rocketmq_spark.client import QueueRangeReader, ReadSettings
+from rocketmq_spark.client.admin import Admin
+from rocketmq_spark.client.errors import ProtocolError
+from rocketmq_spark.client.native_pull import pull_template
+from rocketmq_spark.client.protocol.codes import RequestCode, SerializeType
+from rocketmq_spark.client.protocol.frame import RemotingCommand, decode_frame, encode_frame
+from rocketmq_spark.client.pull import PullRequest
+from rocketmq_spark.client.remoting import RemotingClient
+from rocketmq_spark.embedded.pull import handle_pull
+
+from test_connection import HTTP_400, AnsweringPeer  # noqa: E402  (tests/ is on sys.path)
+
+GROUP = "pipeline-group"
+
+
+def bodies(n: int, seed: int = 0) -> list:
+    """Messages of varied sizes (so a byte cap cuts pulls at varying counts)."""
+    return [(b"%d:" % i) + b"x" * ((i * 7919 + seed) % 700) for i in range(n)]
+
+
+def read(admin, mq, start, end, **kw):
+    reader = QueueRangeReader(admin.brokers, admin.address, mq, start, end,
+                              ReadSettings(consumer_group=GROUP, **kw))
+    rows = [(r["queue_offset"], r["body"]) for b in reader for r in
+            b.select(["queue_offset", "body"]).to_pylist()]
+    return rows, reader
+
+
+@pytest.fixture(scope="module")
+def capped():
+    """Broker caps of 7 messages / 2,000 bytes: every pull is cut, by count or by size."""
+    from rocketmq_spark.embedded import EmbeddedCluster
+
+    cluster = EmbeddedCluster(brokers=1, max_transfer_count=7, max_transfer_bytes=2000)
+    cluster.start()
+    cluster.create_topic("Capped", queues=1)
+    cluster.append("Capped", "broker-a", 0, bodies(600))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def capped_admin(capped):
+    with Admin(capped.namesrv_addr) as admin:
+        yield admin
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(start=st.integers(0, 599), length=st.integers(1, 600), nums=st.sampled_from([1, 5, 7, 32, 1024]),
+       depth=st.sampled_from([1, 2, 16]), batch=st.sampled_from([3, 50, 32768]))
+def test_native_and_python_readers_return_exactly_the_range(capped, capped_admin, start, length,
+                                                            nums, depth, batch):
+    end = min(600, start + length)
+    mq = capped_admin.queues("Capped")[0]
+    expected = [(i, b) for i, b in enumerate(bodies(600))][start:end]
+    kw = dict(max_msg_nums=nums, pipeline_depth=depth, batch_max_messages=batch)
+    native, nr = read(capped_admin, mq, start, end, **kw)
+    python, pr = read(capped_admin, mq, start, end, native=False, **kw)
+    assert nr.path == "native" and pr.path == "python"
+    assert native == expected and python == expected
+
+
+def test_the_reader_learns_the_brokers_cap(embedded_cluster_factory):
+    """pullBatchSize 1024 against a default broker: about one pull per 32 messages, not a
+    request for 1,024 that returns 32 and leaves the pipeline misaligned."""
+    cluster = embedded_cluster_factory(brokers=1)  # 32 messages / 256 KiB, the defaults
+    cluster.create_topic("Learn", queues=1)
+    cluster.append("Learn", "broker-a", 0, [b"m"] * 3200)
+    with Admin(cluster.namesrv_addr) as admin:
+        mq = admin.queues("Learn")[0]
+        for native in (True, False):
+            rows, reader = read(admin, mq, 0, 3200, max_msg_nums=1024, native=native)
+            assert [o for o, _ in rows] == list(range(3200))
+            assert 100 <= reader.pulls <= 110, (native, reader.pulls)
+
+
+def test_answers_out_of_order_are_kept_until_their_turn(capped, capped_admin):
+    """The broker holds the first pull back, so later answers overtake it."""
+    mq = capped_admin.queues("Capped")[0]
+    for native in (True, False):
+        capped.delay_next(1, 0.3, request_codes=[RequestCode.PULL_MESSAGE])
+        rows, reader = read(capped_admin, mq, 0, 300, native=native, pull_timeout=5)
+        assert [o for o, _ in rows] == list(range(300)) and reader.retries == 0
+
+
+def test_other_frames_on_the_socket_are_dispatched_during_the_loop(capped, capped_admin):
+    """An answer to another request that arrives while the native loop reads the socket goes
+    to that request's future. (The broker holds that answer 0.1 s and the first pull 0.4 s,
+    so it arrives while the loop waits.)"""
+    mq = capped_admin.queues("Capped")[0]
+    address = capped_admin.address(mq, 0, False)
+    conn = capped_admin.brokers.remoting.connection(address)
+    capped.delay_next(1, 0.1, request_codes=[RequestCode.GET_MAX_OFFSET])
+    capped.delay_next(1, 0.4, request_codes=[RequestCode.PULL_MESSAGE])
+    future = conn.send_request(RemotingCommand(code=RequestCode.GET_MAX_OFFSET, ext_fields={
+        "topic": "Capped", "queueId": "0"}))
+    rows, reader = read(capped_admin, mq, 0, 600)
+    assert reader.path == "native" and len(rows) == 600
+    assert future.done and future.result().fields["offset"] == "600"
+
+
+def test_answers_read_by_another_caller_reach_the_loop(capped, capped_admin):
+    """While the reader's generator is suspended with pulls in flight, another request on the
+    same connection reads the socket: the pulls' answers are kept for the loop, not dropped
+    (which would stall the reader until its pull timeout). The broker answers the first pull
+    at once and the other 15 of the first burst after 0.3 s, while the other request waits
+    for its own answer (held 0.8 s); a batch of one message returns after the first answer."""
+    mq = capped_admin.queues("Capped")[0]
+    reader = QueueRangeReader(capped_admin.brokers, capped_admin.address, mq, 0, 600,
+                              ReadSettings(consumer_group=GROUP, batch_max_messages=1,
+                                           pull_timeout=3, retry_deadline=0))
+    capped.delay_next(1, 0.001, request_codes=[RequestCode.PULL_MESSAGE])
+    capped.delay_next(15, 0.3, request_codes=[RequestCode.PULL_MESSAGE])
+    capped.delay_next(1, 0.8, request_codes=[RequestCode.GET_MAX_OFFSET])
+    try:
+        batches = iter(reader)
+        first = next(batches)
+        assert capped_admin.brokers.get_max_offset(capped_admin.address(mq, 0, False), mq) == 600
+    finally:
+        capped.clear_faults()
+    started = time.monotonic()
+    rest = [r for b in batches for r in b.column("queue_offset").to_pylist()]
+    assert first.column("queue_offset").to_pylist() + rest == list(range(600))
+    assert time.monotonic() - started < 2 and reader.retries == 0
+
+
+def test_a_peer_that_is_not_a_broker_is_named_by_the_native_loop():
+    peer = AnsweringPeer(HTTP_400)
+    try:
+        from rocketmq_spark.client import BrokerClient, MessageQueue
+
+        with RemotingClient() as remoting:
+            reader = QueueRangeReader(BrokerClient(remoting), lambda *a: peer.address,
+                                      MessageQueue("T", "broker-a", 0), 0, 10,
+                                      ReadSettings(consumer_group=GROUP, pull_timeout=3))
+            with pytest.raises(ProtocolError, match="answered in HTTP"):
+                list(reader)
+            assert reader.path == "native"
+    finally:
+        peer.close()
+
+
+# ------------------------------------------------------------------ the broker's C answers
+
+def _pull_frame(fields: dict, serialize: int, opaque: int = 9) -> bytes:
+    cmd = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=fields, opaque=opaque)
+    return encode_frame(cmd, serialize)
+
+
+class _Conn:
+    peer = "127.0.0.1:1"
+    closed = False
+
+
+field_values = {
+    "queueId": st.sampled_from(["0", "1", "-1", "00", "x", None]),
+    "queueOffset": st.sampled_from(["0", "5", "599", "600", "601", "-3", "1e3", None])
+    | st.integers(0, 650).map(str),
+    "maxMsgNums": st.sampled_from(["1", "7", "32", "0", "-5", "99999", None]),
+    "sysFlag": st.sampled_from(["4", "6", "5", "0", "2", None]),
+    "commitOffset": st.sampled_from(["0", "12", None]),
+    "suspendTimeoutMillis": st.sampled_from(["0", "15000", None]),
+    "subscription": st.sampled_from(["*", "", "a", " * ", None]),
+    "subVersion": st.sampled_from(["0", "1700000000000", None]),
+    "expressionType": st.sampled_from(["TAG", "tag", "SQL92", "", None]),
+    "topic": st.sampled_from(["Capped", "Nope", None]),
+    "consumerGroup": st.sampled_from(["g", None]),
+}
+
+
+PLAIN = {"consumerGroup": "g", "topic": "Capped", "queueId": "0", "queueOffset": "0",
+         "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0",
+         "subscription": "*", "subVersion": "0", "expressionType": "TAG"}
+
+
+def _both(cluster, frame: bytes):
+    """(the C answer or None, the Python answer) to one pull, on the broker's loop."""
+    broker = cluster.broker("broker-a")._broker
+
+    def run():
+        answers, used = broker.server.native_pulls(frame)
+        if not answers:
+            return None, None
+        return answers[0], encode_frame(handle_pull(broker, _Conn(), decode_frame(frame)))
+    return cluster._call(run)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(changes=st.fixed_dictionaries({}, optional=field_values),
+       keep=st.lists(st.sampled_from(sorted(field_values)), max_size=len(field_values)),
+       serialize=st.sampled_from([SerializeType.JSON, SerializeType.ROCKETMQ]),
+       numbers=st.booleans())
+def test_the_brokers_c_answer_is_the_python_answer(capped, changes, keep, serialize, numbers):
+    """Byte for byte: whenever the C path answers a pull, embedded/pull.py answers the same.
+    Requests are a plain pull with some fields changed or left out."""
+    fields = dict(PLAIN)
+    for key, value in changes.items():
+        if key in keep:  # only some of the drawn changes apply, so most requests stay close
+            if value is None:
+                fields.pop(key, None)
+            else:
+                fields[key] = value
+    frame = _pull_frame(fields, serialize)
+    if numbers and serialize == SerializeType.JSON:  # the C++ client sends some as numbers
+        text = frame[8:].decode()
+        for key in ("queueId", "maxMsgNums", "sysFlag"):
+            value = fields.get(key)
+            if value is not None and value.isdigit() and value == str(int(value)):
+                text = text.replace(f'"{key}":"{value}"', f'"{key}":{value}')
+        header = text.encode()
+        frame = struct.pack(">II", 4 + len(header), len(header)) + header
+    native, python = _both(capped, frame)
+    if native is not None:
+        assert native == python
+
+
+def test_the_brokers_c_answer_at_every_offset_and_count(capped):
+    """Every offset of the queue (and past its end), counts that the message cap, the byte cap
+    or the queue's end cut: the C path answers each FOUND pull as Python does."""
+    answered = 0
+    for offset in range(0, 604, 3):
+        for nums in (1, 2, 5, 7, 9, 40):
+            for serialize in (SerializeType.ROCKETMQ, SerializeType.JSON):
+                fields = dict(PLAIN, queueOffset=str(offset), maxMsgNums=str(nums))
+                native, python = _both(capped, _pull_frame(fields, serialize, opaque=offset))
+                if native is not None:
+                    answered += 1
+                    assert native == python, (offset, nums, serialize)
+    assert answered == 200 * 6 * 2  # every offset in [0, 600) answered in C; none beyond
+
+
+def test_the_readers_pulls_take_the_c_answer(capped):
+    """What the native loop sends is what the C path answers (so benchmarks measure it)."""
+    broker = capped.broker("broker-a")._broker
+    template = pull_template(PullRequest(GROUP, "Capped", 0, 0, broker_name="broker-a"))
+    fields = decode_frame(template).ext_fields
+    for serialize in (SerializeType.ROCKETMQ, SerializeType.JSON):
+        frame = _pull_frame(dict(fields, maxMsgNums="32", queueOffset="10"), serialize)
+        answers, used = capped._call(lambda: broker.server.native_pulls(frame + frame))
+        assert used == 2 * len(frame) and len(answers) == 2
+        answer = decode_frame(answers[0])
+        assert answer.serialize_type == serialize and answer.remark == "FOUND"
+        assert 10 < int(answer.fields["nextBeginOffset"]) <= 17  # capped: 7 messages, 2000 B
+        python = capped._call(lambda: handle_pull(broker, _Conn(), decode_frame(frame)))
+        assert answers[0] == encode_frame(python)
+
+
+def test_native_accelerator_has_the_pull_loop():
+    assert hasattr(_native, "Puller") and hasattr(_native, "serve_pulls")
