@@ -231,6 +231,45 @@ class BrokerClient:
         return [str(c) for c in json_object(r.body, "consumer list").get("consumerIdList")
                 or []]
 
+    def get_consumer_connection_list(self, address: str, group: str,
+                                     timeout: Optional[float] = None) -> Dict[str, object]:
+        """The group's members as ``mqadmin consumerConnection`` shows them: the
+        ConsumerConnection JSON (``connectionSet`` of clientId/clientAddr/language/version,
+        ``subscriptionTable``, ``consumeType``, ...)."""
+        r = self._call(address, _cmd(RequestCode.GET_CONSUMER_CONNECTION_LIST, {
+            "consumerGroup": group}), "GET_CONSUMER_CONNECTION_LIST", timeout)
+        return json_object(r.body, "consumer connection list")
+
+    def lock_batch_mq(self, address: str, group: str, queues: Iterable[MessageQueue],
+                      client_id: Optional[str] = None, timeout: Optional[float] = None
+                      ) -> List[MessageQueue]:
+        """LOCK_BATCH_MQ: take or renew the broker's locks on ``queues`` for this client in
+        ``group`` (as RocketMQ's orderly consumers do). Returns the queues now locked by this
+        client; the others are held by another client whose lock has not expired."""
+        body = lock_batch_body(group, client_id or self.remoting.config.client_id, queues)
+        r = self._call(address, _cmd(RequestCode.LOCK_BATCH_MQ, body=body), "LOCK_BATCH_MQ",
+                       timeout)
+        granted = json_object(r.body, "LOCK_BATCH_MQ answer").get("lockOKMQSet") or []
+        try:
+            return sorted(MessageQueue(str(q["topic"]), str(q["brokerName"]), int(q["queueId"]))
+                          for q in granted)
+        except (KeyError, TypeError, ValueError):
+            raise ProtocolError(f"LOCK_BATCH_MQ answer from {address} lists a malformed queue",
+                                0, "LOCK_BATCH_MQ body", r.body) from None
+
+    def unlock_batch_mq(self, address: str, group: str, queues: Iterable[MessageQueue],
+                        client_id: Optional[str] = None, oneway: bool = False,
+                        timeout: Optional[float] = None) -> None:
+        """UNLOCK_BATCH_MQ: release this client's locks on ``queues`` (a queue locked by another
+        client stays locked)."""
+        cmd = _cmd(RequestCode.UNLOCK_BATCH_MQ,
+                   body=lock_batch_body(group, client_id or self.remoting.config.client_id,
+                                        queues))
+        if oneway:
+            self.remoting.invoke_oneway(address, cmd)
+        else:
+            self._call(address, cmd, "UNLOCK_BATCH_MQ", timeout)
+
     # ------------------------------------------------------------------ sending
 
     def send_message(self, address: str, broker_name: str, *, timeout: Optional[float] = None,
@@ -295,6 +334,14 @@ def update_offset_command(mq: MessageQueue, group: str, offset: int) -> Remoting
     return _cmd(RequestCode.UPDATE_CONSUMER_OFFSET, {
         "consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id,
         "commitOffset": offset, "bname": mq.broker_name})
+
+
+def lock_batch_body(group: str, client_id: str, queues: Iterable[MessageQueue]) -> bytes:
+    """LockBatchRequestBody / UnlockBatchRequestBody JSON (fastjson's field order)."""
+    mq_set = [{"brokerName": mq.broker_name, "queueId": mq.queue_id, "topic": mq.topic}
+              for mq in sorted(set(queues))]
+    return json.dumps({"clientId": client_id, "consumerGroup": group, "mqSet": mq_set},
+                      separators=(",", ":")).encode("utf-8")
 
 
 def heartbeat_body(client_id: str, consumer_group: Optional[str],

@@ -15,9 +15,16 @@ Offsets go back to the broker for the consumer group from :meth:`latestOffset` a
 :meth:`commit`: Spark calls ``latestOffset(start)`` only once the batch that ended at
 ``start`` is complete, and calls ``commit`` one batch late (never for the last batch of an
 AvailableNow run).
+
+With ``membership=group`` the query is one member of its consumer group
+(:mod:`.membership`): an offset then holds only the queues this member reads, a queue that
+leaves drops out of the next offset, and one that joins enters it with an empty range at the
+group's committed offset. :meth:`partitions` needs no change: it reads each queue of ``end``
+from its position in ``start``, and a queue new to ``end`` has nothing to read yet.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional
@@ -27,13 +34,16 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow,
 )
 
+from ..client.admin import Admin
 from ..client.broker import Subscription
 from ..client.errors import RocketMQError
 from ..client.protocol.route import MessageQueue
-from .connect import shared_admin
+from ..client.remoting import RemotingClient
+from .connect import client_config, shared_admin
+from .membership import GroupMember, member_client_id
 from .offset_reader import OffsetReader
 from .offsets import UNRESOLVED, from_offset, to_offset
-from .options import SourceOptions
+from .options import Bound, SourceOptions
 from .partitions import RocketMQPartition, to_partitions
 from .planning import next_end, pack, ranges
 
@@ -47,15 +57,50 @@ HEARTBEAT_SECONDS = 30.0
 
 class _Driver:
     """What the runner process keeps between calls: clients, caches, the AvailableNow target
-    and what was last committed to the broker."""
+    and what was last committed to the broker; with ``membership=group``, the group member."""
 
     def __init__(self, options: SourceOptions):
-        self.admin = shared_admin(options)
-        self.offsets = OffsetReader(options, self.admin)
+        self.member: Optional[GroupMember] = None
+        if options.group_member:
+            # A client of its own: its id names this run in the group, and its connections
+            # carry the broker's notifications to the member.
+            holder: List[GroupMember] = []
+            config = dataclasses.replace(client_config(options),
+                                         client_id=member_client_id(options.member_name))
+            remoting = RemotingClient(config, request_handler=lambda c, cmd: holder[0]
+                                      .on_request(c, cmd) if holder else None)
+            self.admin = Admin(list(options.name_servers), remoting=remoting)
+            self.offsets = OffsetReader(options, self.admin)
+            self.member = GroupMember(
+                self.admin, options.consumer_group, self.offsets.topics, self._entry,
+                strategy=options.allocate_strategy,
+                virtual_nodes=options.consistent_hash_virtual_nodes,
+                rooms=options.machine_rooms, lock_queues=options.lock_queues,
+                expression=options.filter, interval=options.rebalance_interval_ms / 1000.0)
+            holder.append(self.member)
+        else:
+            self.admin = shared_admin(options)
+            self.offsets = OffsetReader(options, self.admin)
+        self.options = options
         self.target: Optional[Dict[MessageQueue, int]] = None
+        self.allowed: Optional[set] = None  # AvailableNow: the queues allocated at its start
         self.committed: Optional[Dict[str, int]] = None
         self.heartbeat_at = 0.0
         self.last_start: Optional[dict] = None
+
+    def _entry(self, queues: List[MessageQueue]) -> Dict[MessageQueue, int]:
+        """Where queues that join with no offset in the group start: ``startingOffsets``.
+        A per-queue JSON start gives the queues it names; the others start at their first
+        message, as queues new to a stream do."""
+        bound = self.options.starting
+        if bound.kind in ("offsets", "timestamps"):
+            named = [mq for mq in queues if mq in bound.per_queue]
+            out = self.offsets.resolve(Bound(bound.kind, {mq: bound.per_queue[mq]
+                                                          for mq in named}), named)
+            rest = [mq for mq in queues if mq not in bound.per_queue]
+            out.update(self.offsets.resolve(Bound("earliest"), rest))
+            return out
+        return self.offsets.resolve(bound, queues)
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -82,7 +127,15 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        offsets = self.driver.offsets
+        driver = self.driver
+        offsets = driver.offsets
+        if driver.member is not None:
+            driver.allowed = self._join_for_available_now(driver)
+            queues = sorted(driver.allowed)
+            driver.target = offsets.max_offsets(queues, fresh=True) if queues else {}
+            log.info("AvailableNow: member %s reads up to %d messages in %d queue(s)",
+                     driver.member.client_id, sum(driver.target.values()), len(queues))
+            return
         queues = offsets.discover(force=True).queues
         self.driver.target = offsets.max_offsets(queues, fresh=True)
         log.info("AvailableNow: reading up to %d messages in %d queues",
@@ -90,6 +143,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         driver = self.driver
+        if driver.member is not None:
+            return self._member_latest(driver, start, limit)
         offsets = driver.offsets
         discovery = offsets.discover()
         if start == UNRESOLVED:
@@ -110,6 +165,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def reportLatestOffset(self) -> Optional[dict]:
         cached = self.driver.offsets.cached_max_offsets()
+        member = self.driver.member
+        if member is not None:
+            cached = {mq: v for mq, v in cached.items() if mq in member.held}
         return to_offset(cached) if cached else None
 
     # ------------------------------------------------------------------ batches
@@ -131,11 +189,18 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_partition(self.options, partition)
 
     def commit(self, end: dict) -> None:
-        if end != UNRESOLVED:
-            self._commit_to_group(end, from_offset(end))
+        if end == UNRESOLVED:
+            return
+        if self.driver.member is not None:
+            self.driver.member.commit(from_offset(end))
+            return
+        self._commit_to_group(end, from_offset(end))
 
     def stop(self) -> None:
         driver, self._driver = self._driver, None
+        if driver is not None and driver.member is not None:
+            driver.member.leave("the query stopped")
+            return
         if driver is not None and self.options.commits_to_group:
             for address in set(driver.offsets.discover().addresses.values()):
                 try:
@@ -143,6 +208,54 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         address, consumer_group=self.options.consumer_group)
                 except RocketMQError as exc:
                     log.info("unregister from %s failed: %s", address, exc)
+
+    # ------------------------------------------------------------------ group membership
+
+    def _member_latest(self, driver: _Driver, start: dict, limit: ReadLimit) -> dict:
+        """The next end for a group member: the queues it holds after the latest rebalance
+        (see :meth:`GroupMember.settle`), moved on as :func:`next_end` moves any queue."""
+        member = driver.member
+        member.start()
+        if member.left:
+            return start  # an AvailableNow run that finished: nothing more to plan
+        current = from_offset(start)
+        settled = member.settle(current, driver.allowed)
+        owned = set(settled.kept) | set(settled.entering)
+        discovery = driver.offsets.discover()
+        routed = [mq for mq in discovery.queues if mq in owned]
+        fresh = start != driver.last_start
+        driver.last_start = start
+        latest = driver.offsets.max_offsets(routed, fresh=fresh) if routed else {}
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        end = next_end(settled.kept, routed, discovery.why_missing, latest, settled.entering,
+                       self.options.fail_on_data_loss, max_rows, driver.target)
+        if driver.target is not None and end == settled.kept and not settled.entering:
+            # AvailableNow drained what it was given: hand the queues back now (the batch
+            # that ended at ``start`` is complete and committed).
+            member.leave("Trigger.AvailableNow drained its queues", close=False)
+        return to_offset(end)
+
+    @staticmethod
+    def _join_for_available_now(driver: _Driver) -> set:
+        """Join, and wait a little for the locks of the queues allocated to us (a member that
+        is handing them over releases them after its running batch); returns the queues this
+        run drains."""
+        member = driver.member
+        member.start()
+        deadline = time.monotonic() + min(30.0, 2 * member.interval)
+        while member.lock_queues and time.monotonic() < deadline:
+            with member._lock:
+                missing = member.wanted - set(member.lock_ok)
+            if not missing:
+                break
+            time.sleep(0.2)
+        with member._lock:
+            allowed = set(member.wanted)
+            missing = allowed - set(member.lock_ok) if member.lock_queues else set()
+        for mq in sorted(missing)[:5]:
+            log.warning("AvailableNow: %s stays locked by another member of %s; this run "
+                        "does not read it", mq.key, member.group)
+        return allowed - missing
 
     # ------------------------------------------------------------------ group offsets
 

@@ -1,0 +1,462 @@
+"""A streaming query as one member of a RocketMQ consumer group, on the Spark driver.
+
+RocketMQ has no group coordinator: every member heartbeats to the brokers, lists the group's
+members (GET_CONSUMER_LIST_BY_GROUP), and computes its own share of the queues with a strategy
+that every member computes alike (:mod:`.allocation`). The broker tells members when the list
+changes (NOTIFY_CONSUMER_IDS_CHANGED, a oneway request on the member's own connection); the
+committed offsets hand a queue from one member to the next; orderly consumers also hold a
+broker lock on each queue they read (LOCK_BATCH_MQ), so two members never read one queue.
+
+Here the member lives in Spark's streaming-source runner process. A background thread keeps it
+in the group: it reads the broker's notifications, heartbeats, lists, allocates and (with
+``lockQueues``) takes and renews locks, at least every ``rebalanceIntervalMs``. The planner
+(:meth:`GroupMember.settle`, on Spark's thread, when it plans the next batch) applies the
+result between batches only:
+
+* a queue that leaves: the batch that ended at ``start`` is complete, so ``start`` is committed
+  for the group, then the queue is unlocked and planned no more;
+* a queue that joins enters at the group's committed offset (by ``startingOffsets`` when the
+  group has none) with an empty range, so the next batch reads it from there;
+* a batch already in Spark's offset log is replayed as planned: nothing here is consulted.
+
+Leaving (:meth:`GroupMember.leave`: commit, unlock, UNREGISTER_CLIENT) runs on a clean stop.
+Spark kills the runner instead of calling ``stop()`` most of the time, usually with SIGTERM,
+so the member leaves from a SIGTERM handler too; when the runner dies without one, the broker
+drops the member as soon as its connection closes.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterable, List, Optional, Set
+
+from ..client.admin import Admin
+from ..client.broker import Subscription
+from ..client.errors import RocketMQError, RouteNotFound
+from ..client.protocol.codes import PERM_READ, RequestCode
+from ..client.protocol.frame import RemotingCommand
+from ..client.protocol.route import MessageQueue
+from .allocation import allocate
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.1          # how often the member thread reads notifications between rounds
+LOCK_RETRY_SECONDS = 0.5    # how soon a queue allocated to us but locked by another is retried
+LEAVE_TIMEOUT_SECONDS = 5.0  # the most a SIGTERM'd runner spends leaving the group
+RETRY_PREFIX = "%RETRY%"
+
+
+def member_client_id(name: Optional[str] = None) -> str:
+    """A client id unique to this run and readable in ``mqadmin consumerConnection``:
+    ``<ip>@spark-<name>-<pid>-<random>``. The part before ``@`` is the address, as Java and
+    C++ clients put it there and ``mqadmin consumerProgress`` shows that part per queue."""
+    try:
+        ip = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        ip = "127.0.0.1"
+    label = f"spark-{name}" if name else "spark"
+    return f"{ip}@{label}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def subscribed_queues(admin: Admin, topics: Iterable[str]) -> Dict[str, List[MessageQueue]]:
+    """Each topic's queues as the Java client lists them for allocation: every queue of every
+    readable QueueData in the route (whether or not its broker has an address now)."""
+    out: Dict[str, List[MessageQueue]] = {}
+    for topic in topics:
+        try:
+            route = admin.names.route(topic, refresh=True)
+        except RouteNotFound:
+            continue
+        out[topic] = sorted(MessageQueue(topic, q.broker_name, i) for q in route.queue_datas
+                            if q.perm & PERM_READ for i in range(q.read_queue_nums))
+    return out
+
+
+@dataclass
+class Settlement:
+    """What the next batch may plan: queues read on from their position in ``start`` and queues
+    that join at a position (they enter the batch's end with an empty range)."""
+
+    kept: Dict[MessageQueue, int] = field(default_factory=dict)
+    entering: Dict[MessageQueue, int] = field(default_factory=dict)
+
+
+class GroupMember:
+    """The driver side of one query in a consumer group. Thread-safe; see the module doc.
+
+    ``topics`` lists the subscribed topics; ``entry`` resolves ``startingOffsets`` for queues
+    that join with no committed offset in the group."""
+
+    def __init__(self, admin: Admin, group: str, topics: Callable[[], List[str]],
+                 entry: Callable[[List[MessageQueue]], Dict[MessageQueue, int]], *,
+                 strategy: str = "averagely", virtual_nodes: int = 10,
+                 rooms: Iterable[str] = (), lock_queues: bool = False,
+                 expression: str = "*", interval: float = 20.0):
+        self.admin = admin
+        self.group = group
+        self.client_id = admin.remoting.config.client_id
+        self._topics = topics
+        self._entry = entry
+        self.strategy = strategy
+        self.virtual_nodes = virtual_nodes
+        self.rooms = tuple(rooms)
+        self.lock_queues = lock_queues
+        self.expression = expression
+        self.interval = interval
+        # RocketMQ's client trusts a lock for 30 s when it renews every 20 s; the broker keeps
+        # it for 60 s. Same proportions for other intervals.
+        self.lock_validity = 1.5 * interval
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._left = False
+        self._started = False
+        # Published by the rebalance (member thread), read by the planner (Spark's thread).
+        self.members: List[str] = []
+        self.wanted: Set[MessageQueue] = set()
+        self.lock_ok: Dict[MessageQueue, float] = {}
+        self.addresses: Dict[str, str] = {}
+        self.rebalances = 0
+        self.notifications = 0
+        self.last_rebalance = 0.0
+        self._notified = False
+        self._next_lock_retry = 0.0
+        # Owned by the planner.
+        self.held: Set[MessageQueue] = set()
+        self._completed: Dict[MessageQueue, int] = {}   # positions of held queues, as committed
+        self._committed: Dict[MessageQueue, int] = {}
+        self._previous_sigterm = None
+        self._terminating = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> "GroupMember":
+        """Join: a first rebalance now (so the first batch is planned over a real share), then
+        the member thread. Installs the SIGTERM handler when called on the main thread."""
+        with self._lock:
+            if self._started:
+                return self
+            self._started = True
+        self.rebalance()
+        self._thread = threading.Thread(target=self._run, name=f"rocketmq-member-{self.group}",
+                                        daemon=True)
+        self._thread.start()
+        if threading.current_thread() is threading.main_thread():
+            try:
+                self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
+            except ValueError:  # not the main interpreter
+                pass
+        log.info("joined consumer group %s as %s (strategy %s%s)", self.group, self.client_id,
+                 self.strategy, ", locking queues" if self.lock_queues else "")
+        return self
+
+    def leave(self, reason: str = "stopped", close: bool = True) -> None:
+        """Leave the group at once: commit the positions of the completed batches, unlock,
+        UNREGISTER_CLIENT on every broker (the others rebalance without waiting for the
+        broker to notice), then (``close``) close the connections. Idempotent; errors are
+        logged, never raised."""
+        with self._lock:
+            if self._left:
+                return
+            self._left = True
+        self._stopping.set()
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(LEAVE_TIMEOUT_SECONDS / 2)  # no lock may be taken after the unlock
+        with self._lock:
+            completed = {mq: p for mq, p in self._completed.items() if mq in self.held}
+            locked = set(self.lock_ok) | (self.held if self.lock_queues else set())
+            addresses = sorted(set(self.addresses.values()))
+        if completed:
+            self._commit(completed)
+        if self.lock_queues and locked:
+            self._unlock(locked)
+        for address in addresses:
+            try:
+                self.admin.brokers.unregister_client(address, consumer_group=self.group,
+                                                     timeout=2.0)
+            except RocketMQError as exc:
+                log.info("unregister from %s failed: %s", address, exc)
+        log.info("left consumer group %s as %s (%s); %d queue(s) handed over", self.group,
+                 self.client_id, reason, len(self.held))
+        if close:
+            self.admin.close()
+
+    @property
+    def left(self) -> bool:
+        return self._left
+
+    def _on_sigterm(self, signum, frame) -> None:
+        if self._terminating:
+            return  # Spark may signal twice; the first signal's handler ends the process
+        self._terminating = True
+        # The handler runs on the main thread, maybe interrupting it inside a request: leave
+        # from another thread (with its own timeout) so a lock the interrupted frame holds can
+        # delay the exit but never hang it.
+        worker = threading.Thread(target=self.leave, args=("SIGTERM",), daemon=True)
+        worker.start()
+        worker.join(LEAVE_TIMEOUT_SECONDS)
+        previous = self._previous_sigterm
+        if callable(previous):
+            previous(signum, frame)
+            return
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    # ------------------------------------------------------------------ the member thread
+
+    def _run(self) -> None:
+        try:  # SIGTERM must reach the main thread, whose handler leaves the group
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        except (AttributeError, ValueError, OSError):
+            pass
+        next_round = time.monotonic() + self.interval
+        while not self._stopping.is_set():
+            self._wake.wait(POLL_SECONDS)
+            self._wake.clear()
+            if self._stopping.is_set():
+                return
+            self._poll()
+            now = time.monotonic()
+            with self._lock:
+                due = self._notified or now >= next_round
+                retry = (self.lock_queues and now >= self._next_lock_retry
+                         and bool(self.wanted - set(self.lock_ok)))
+            try:
+                if due:
+                    self.rebalance()
+                    next_round = time.monotonic() + self.interval
+                elif retry:
+                    self._take_locks(renew=False)
+            except Exception:  # keep the member alive; the next round retries
+                log.exception("rebalance of group %s failed", self.group)
+
+    def _poll(self) -> None:
+        """Read what the brokers sent on our connections (notifications, running-info asks),
+        and notice a connection the broker closed: the member must heartbeat again."""
+        for address in sorted(set(self.addresses.values())):
+            conn = self.admin.remoting._connections.get(address)
+            if conn is not None and not conn.poll():
+                with self._lock:
+                    self._notified = True
+
+    def on_request(self, conn, cmd: RemotingCommand) -> Optional[RemotingCommand]:
+        """Requests the broker sends on our connections (the Connection's request_handler)."""
+        if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+            with self._lock:
+                self._notified = True
+                self.notifications += 1
+            self._wake.set()
+        return None
+
+    # ------------------------------------------------------------------ rebalance
+
+    def rebalance(self) -> None:
+        """Heartbeat, list the members, allocate and (with ``lockQueues``) lock: one round, as
+        the Java client's RebalanceService runs it."""
+        with self._lock:
+            self._notified = False
+        topics = self._topics()
+        by_topic = subscribed_queues(self.admin, topics)
+        addresses: Dict[str, str] = {}
+        for topic in by_topic:
+            for broker in self.admin.names.route(topic).broker_datas:
+                if broker.master_addr:
+                    addresses[broker.broker_name] = broker.master_addr
+        subscriptions = [Subscription(t, self.expression) for t in sorted(by_topic)]
+        # The retry topic, as push consumers announce it: the broker keeps one subscription
+        # table per group, and a member announcing another topic set makes it flap.
+        subscriptions.append(Subscription(RETRY_PREFIX + self.group))
+        for address in sorted(set(addresses.values())):
+            try:
+                self.admin.brokers.heart_beat(address, self.group, subscriptions,
+                                              consume_from_where="CONSUME_FROM_LAST_OFFSET")
+            except RocketMQError as exc:
+                log.warning("heartbeat of group %s to %s failed: %s", self.group, address, exc)
+        members = self._list_members(sorted(set(addresses.values())))
+        with self._lock:
+            self.addresses = addresses
+            if members is not None:
+                if self.client_id not in members:
+                    log.warning("the brokers do not list %s in group %s yet (members: %s)",
+                                self.client_id, self.group, members)
+                wanted = set(allocate(self.strategy, [q for qs in by_topic.values() for q in qs],
+                                      members, self.client_id, self.virtual_nodes, self.rooms))
+                if wanted != self.wanted or members != self.members:
+                    log.info("group %s: %d member(s); %s now reads %d of %d queue(s)",
+                             self.group, len(members), self.client_id, len(wanted),
+                             sum(len(q) for q in by_topic.values()))
+                self.members, self.wanted = members, wanted
+            self.rebalances += 1
+            self.last_rebalance = time.monotonic()
+        if self.lock_queues:
+            self._take_locks(renew=True)
+
+    def _list_members(self, addresses: List[str]) -> Optional[List[str]]:
+        """The group's client ids from the first broker that answers (as the Java client asks
+        one broker of the topic); None when none answers (the last allocation then stands)."""
+        for address in addresses:
+            try:
+                return self.admin.brokers.get_consumer_list_by_group(address, self.group)
+            except RocketMQError as exc:
+                log.info("cannot list group %s on %s: %s", self.group, address, exc)
+        return None
+
+    def _take_locks(self, renew: bool) -> None:
+        """LOCK_BATCH_MQ for the queues we want (and, with ``renew``, those we hold), one
+        request per broker; what is granted is valid for ``lock_validity`` seconds."""
+        with self._lock:
+            wanted = set(self.wanted)
+            targets = wanted | (self.held if renew else set())
+            if not renew:
+                targets -= set(self.lock_ok)
+            addresses = dict(self.addresses)
+        by_broker: Dict[str, List[MessageQueue]] = {}
+        for mq in targets:
+            if mq.broker_name in addresses:
+                by_broker.setdefault(addresses[mq.broker_name], []).append(mq)
+        granted: Set[MessageQueue] = set()
+        refused: Set[MessageQueue] = set()
+        for address, queues in sorted(by_broker.items()):
+            if self._stopping.is_set():
+                break  # leaving: unlocks follow, and no lock may be taken after them
+            try:
+                ok = set(self.admin.brokers.lock_batch_mq(address, self.group, queues,
+                                                          timeout=3.0))
+            except RocketMQError as exc:
+                log.warning("cannot lock %d queue(s) on %s: %s", len(queues), address, exc)
+                continue
+            granted |= ok
+            refused |= set(queues) - ok
+        now = time.monotonic()
+        with self._lock:
+            # A renewal that crossed the planner's release: give that lock straight back.
+            stray = {mq for mq in granted if mq not in self.wanted and mq not in self.held}
+            granted -= stray
+            for mq in granted:
+                self.lock_ok[mq] = now
+            for mq in refused:
+                if self.lock_ok.pop(mq, None) is not None or mq in self.held:
+                    log.warning("lost the lock of %s in group %s: another member holds it",
+                                mq.key, self.group)
+            self._next_lock_retry = now + min(LOCK_RETRY_SECONDS, self.interval)
+        if stray:
+            self._unlock(stray)
+        if refused - self.held:
+            log.info("%d queue(s) allocated to %s are locked by another member; retrying",
+                     len(refused - self.held), self.client_id)
+
+    def _lock_valid(self, mq: MessageQueue, now: float) -> bool:
+        if not self.lock_queues:
+            return True
+        at = self.lock_ok.get(mq)
+        return at is not None and now - at < self.lock_validity
+
+    # ------------------------------------------------------------------ planning (Spark's thread)
+
+    def settle(self, start: Dict[MessageQueue, int],
+               allowed: Optional[Set[MessageQueue]] = None) -> Settlement:
+        """Apply the latest allocation at a batch boundary: ``start`` is where every planned
+        batch has ended (Spark calls ``latestOffset(start)`` only once the batch ending there
+        is complete). Commits ``start`` for the queues held; hands over the queues that left
+        (commit, unlock); returns the queues kept and those that join. ``allowed`` limits
+        joins (Trigger.AvailableNow reads only the queues allocated at its start)."""
+        if self._left:
+            return Settlement()
+        now = time.monotonic()
+        with self._lock:
+            wanted = set(self.wanted)
+            valid = {mq for mq in wanted | self.held if self._lock_valid(mq, now)}
+        leaving = {mq for mq in self.held if mq not in wanted or mq not in valid}
+        lost = {mq for mq in leaving if mq not in valid}  # another member may hold it now
+        handed = {mq: start[mq] for mq in leaving - lost if mq in start}
+        self._commit({mq: p for mq, p in start.items() if mq in self.held and mq not in lost})
+        if leaving:
+            with self._lock:
+                self.held -= leaving
+                for mq in leaving:
+                    self.lock_ok.pop(mq, None)
+            if self.lock_queues and leaving - lost:
+                self._unlock(leaving - lost)
+            for mq in sorted(leaving):
+                log.info("queue %s leaves %s%s", mq.key, self.client_id,
+                         f" at {handed[mq]} (committed)" if mq in handed else
+                         " (its lock was lost)" if mq in lost else "")
+        kept = {mq: start[mq] for mq in self.held if mq in start}
+        joining = sorted(mq for mq in wanted & valid
+                         if mq not in self.held and (allowed is None or mq in allowed))
+        entering: Dict[MessageQueue, int] = {}
+        if joining:
+            committed = self.admin.offsets("committed", joining, group=self.group)
+            failed = [mq for mq in joining if isinstance(committed.get(mq), RocketMQError)]
+            for mq in failed[:3]:
+                log.warning("cannot read the group's offset of %s (%s); it joins later",
+                            mq.key, committed[mq])
+            fresh = [mq for mq in joining if mq not in failed and committed.get(mq) is None]
+            try:
+                entries = self._entry(fresh) if fresh else {}
+            except RocketMQError as exc:
+                log.warning("cannot resolve where %d joining queue(s) start (%s); they join "
+                            "later", len(fresh), exc)
+                failed += fresh
+                entries = {}
+            for mq in joining:
+                if mq in failed:
+                    continue
+                group_offset = committed.get(mq)
+                if mq in start:
+                    # Planned by this query before (a restart): read on from the checkpoint
+                    # unless another member moved the group past it meanwhile; then the queue
+                    # leaves this batch and joins the next one at the group's offset, so the
+                    # messages in between are not read twice.
+                    if group_offset is not None and group_offset > start[mq]:
+                        continue
+                    kept[mq] = start[mq]
+                else:
+                    entering[mq] = group_offset if group_offset is not None else entries[mq]
+            with self._lock:
+                self.held |= set(kept) | set(entering)
+            for mq in sorted(entering):
+                log.info("queue %s joins %s at %d", mq.key, self.client_id, entering[mq])
+        with self._lock:
+            self._completed = {mq: start[mq] for mq in kept}
+        return Settlement(kept, entering)
+
+    def commit(self, positions: Dict[MessageQueue, int]) -> None:
+        """Commit the positions of queues this member holds (Spark's late ``commit``)."""
+        if not self._left:
+            self._commit({mq: p for mq, p in positions.items() if mq in self.held})
+
+    def _commit(self, positions: Dict[MessageQueue, int]) -> None:
+        todo = {mq: p for mq, p in positions.items() if self._committed.get(mq) != p}
+        if not todo:
+            return
+        failed = self.admin.commit_offsets(self.group, todo)
+        for mq, error in sorted(failed.items())[:3]:
+            log.warning("could not commit the offset of %s for group %s: %s", mq.key,
+                        self.group, error)
+        self._committed.update((mq, p) for mq, p in todo.items() if mq not in failed)
+
+    def _unlock(self, queues: Set[MessageQueue]) -> None:
+        by_broker: Dict[str, List[MessageQueue]] = {}
+        for mq in queues:
+            address = self.addresses.get(mq.broker_name)
+            if address:
+                by_broker.setdefault(address, []).append(mq)
+        for address, qs in sorted(by_broker.items()):
+            try:
+                self.admin.brokers.unlock_batch_mq(address, self.group, qs, timeout=2.0)
+            except RocketMQError as exc:
+                log.warning("cannot unlock %d queue(s) on %s (they expire on their own): %s",
+                            len(qs), address, exc)
+        with self._lock:
+            for mq in queues:
+                self.lock_ok.pop(mq, None)
