@@ -142,6 +142,8 @@ class GrpcProxy(rpc.MessagingServiceServicer):
         server, self._server = self._server, None
         if server is not None:
             await server.stop(grace=0.5)
+            # Let the cancelled streams (Telemetry, long polls) unwind before the loop closes.
+            await asyncio.sleep(0.1)
 
     # ---------------------------------------------------------------- checks
 

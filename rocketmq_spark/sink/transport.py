@@ -184,9 +184,16 @@ def shared_producer(options: SinkOptions) -> Producer:
 
 
 class GrpcTransport(Transport):
-    """A 5.x proxy's gRPC API through ``client.grpc.GrpcProducer`` (one Message per row)."""
+    """A 5.x proxy's gRPC API through ``client.grpc.GrpcProducer`` (one Message per row).
+
+    The producer sends one message per SendMessage call (Apache's proxy stores a call of
+    several messages with the first one's properties on all), so a pipeline request is kept to
+    ``CALLS_PER_REQUEST`` rows: several requests stay in flight and each is answered well
+    within the send timeout. (Rows are given at least ``max_batch_bytes / CALLS_PER_REQUEST``
+    bytes each for the request planning, so the summary's byte count is an upper bound.)"""
 
     name = "grpc"
+    CALLS_PER_REQUEST = 32
 
     def __init__(self, producer: Any, options: SinkOptions):
         self.producer = producer
@@ -203,7 +210,8 @@ class GrpcTransport(Transport):
             raise RowError(f"{rows.where(i)}: the message for topic {rows.topic_of(i)!r} has "
                            f"a body of {int(sizes[i]):,} bytes; the broker takes at most "
                            f"{self.options.max_message_bytes:,} (option maxMessageBytes)")
-        return Prepared(rows, sizes + 64)
+        floor = max(self.options.max_batch_bytes // self.CALLS_PER_REQUEST, 1)
+        return Prepared(rows, np.maximum(sizes + 64, floor))
 
     def payload(self, prepared: Prepared, rows: np.ndarray, single: bool) -> List[Message]:
         r = prepared.rows

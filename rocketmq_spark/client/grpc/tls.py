@@ -44,8 +44,11 @@ def _presented_certificate(host: str, port: int, timeout: float) -> Tuple[str, L
     try:
         pem = ssl.get_server_certificate((host, port), timeout=timeout)
     except (OSError, ssl.SSLError) as exc:
-        raise ProxyError(0, "UNAVAILABLE", f"cannot fetch the proxy's TLS certificate: {exc}",
-                         "TLS handshake", where, transient=True) from None
+        hint = (" (the endpoint does not speak TLS: for a plaintext proxy set tls=False, "
+                "option tls=false)" if "WRONG_VERSION_NUMBER" in str(exc) else "")
+        raise ProxyError(0, "UNAVAILABLE", f"cannot fetch the proxy's TLS certificate: "
+                                           f"{exc}{hint}",
+                         "TLS handshake", where, transient=not hint) from None
     # Read the names by trusting the certificate itself for one more handshake.
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False
