@@ -200,11 +200,15 @@ class Producer:
     # ------------------------------------------------------------------ encoding
 
     def check_size(self, topic: str, body_size: int, properties_size: int = 0,
-                   what: str = "a message") -> None:
-        """Raise :class:`MessageTooLarge` for what the broker would refuse."""
+                   what: str = "a message", raw_size: Optional[int] = None) -> None:
+        """Raise :class:`MessageTooLarge` for what the broker would refuse (``body_size`` as
+        sent; ``raw_size`` before compression)."""
         if body_size > self.max_message_size:
-            raise MessageTooLarge(f"{what} for topic {topic!r} has a body of {body_size:,} bytes"
-                                  f"; the broker takes at most {self.max_message_size:,}")
+            raw = raw_size if raw_size is not None else body_size
+            squeezed = f" ({body_size:,} compressed)" if raw != body_size else ""
+            raise MessageTooLarge(f"{what} for topic {topic!r} has a body of {raw:,} bytes"
+                                  f"{squeezed}; the broker takes at most "
+                                  f"{self.max_message_size:,}")
         if properties_size > MAX_PROPERTIES_SIZE:
             raise MessageTooLarge(f"{what} for topic {topic!r} has {properties_size:,} bytes "
                                   f"of properties; the broker takes at most "
@@ -218,7 +222,8 @@ class Producer:
         if self.compress_over >= 0 and len(body) >= self.compress_over:
             body, sys_flag = M.compress_body(body, self.compression)
         props = P.encode_properties(message.property_map(uniq))
-        self.check_size(message.topic, len(body), len(props.encode()))
+        self.check_size(message.topic, len(body), len(props.encode()),
+                        raw_size=len(message.body))
         return EncodedRequest(body, props, sys_flag, message.flag, False, uniq)
 
     def encode_batch(self, messages: Sequence[Message]) -> EncodedRequest:

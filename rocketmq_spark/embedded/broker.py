@@ -29,6 +29,7 @@ from .long_poll import LongPollService
 from .nameserver import NameServer, unsupported
 from .options import ServerOptions
 from .pull import handle_pull
+from .schedule import ScheduleService
 from .send import RETRY_PREFIX, SYSTEM_TOPICS, handle_send, validate_topic
 from .server import RemotingServer, ServerConnection
 from .store import BrokerStore, TopicConfig
@@ -55,6 +56,7 @@ class Broker:
         self.store = BrokerStore(data_dir, options.flush_interval)
         self.clients = ClientRegistry(self._notify_ids_changed)
         self.long_poll = LongPollService(self._repull)
+        self.schedule = ScheduleService(self)  # delayed messages (DELAY 1-18)
         self.server = RemotingServer(name, self, host=host, port=port, tls=tls, acl=acl,
                                      faults=faults, version=options.version)
         self._loaded = False
@@ -128,6 +130,7 @@ class Broker:
             self.store.mark_dirty(now=True)
         self.namesrv.register(self)
         self._housekeeping = asyncio.get_running_loop().create_task(self._housekeep())
+        self.schedule.start()
 
     async def stop(self) -> None:
         """Unregister, drop parked pulls and connections, close the listener; data is kept."""
@@ -137,6 +140,7 @@ class Broker:
         if self._housekeeping is not None:
             self._housekeeping.cancel()
             self._housekeeping = None
+        self.schedule.stop()
         self.long_poll.clear()
         await self.server.stop()
         self.store.flush(force=True)

@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 from ..client.protocol.codes import SERVER_VERSION
 
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
 SEARCH_MODES = ("lower", "nearest")
 
 
@@ -31,6 +33,7 @@ class ServerOptions:
     max_transfer_count: int = 32
     max_transfer_bytes: int = 256 * 1024
     max_message_size: int = 4 * 1024 * 1024
+    message_delay_level: str = DEFAULT_DELAY_LEVELS  # messageDelayLevel; tests shorten it
     search_by_time: str = "lower"
     channel_expiry_seconds: float = 120.0
     housekeeping_interval: float = 10.0

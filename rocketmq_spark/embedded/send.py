@@ -29,6 +29,7 @@ from ..client.protocol.properties import (
 )
 from .headers import java_bool, opt_int, req_int, req_long, req_str
 from .nameserver import FAQ_SUFFIX
+from .schedule import delay_level, schedule_target
 from .store import TopicConfig
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -150,7 +151,7 @@ def handle_send(broker: "Broker", conn, cmd: RemotingCommand) -> RemotingCommand
             entries = decode_batch(cmd.body)
         except MessageDecodeError as exc:
             return error(ResponseCode.SYSTEM_ERROR, f"java.nio.BufferUnderflowException: {exc}")
-        if not entries:
+        if not entries or delay_level(properties) > 0:  # brokers never delay a batch
             return error(ResponseCode.MESSAGE_ILLEGAL, MESSAGE_ILLEGAL_REMARK)
         tail = batch_properties(properties, opts.cluster_name)
         for i, entry in enumerate(entries):
@@ -169,10 +170,18 @@ def handle_send(broker: "Broker", conn, cmd: RemotingCommand) -> RemotingCommand
             phys += len(records[-1])
     else:
         props = stored_properties(properties, opts.cluster_name)
+        store_topic, store_qid = topic, queue_id
+        delayed = schedule_target(properties, topic, queue_id, opts.cluster_name,
+                                  broker.schedule.max_level)
+        if delayed is not None:  # kept in SCHEDULE_TOPIC_XXXX until due (schedule.py)
+            store_topic, store_qid, props = delayed
+            queue = store.queue(store_topic, store_qid)
+            first_offset = queue.max_offset
         if len(cmd.body) > opts.max_message_size or len(props.encode()) > MAX_PROPERTIES_BYTES:
             return error(ResponseCode.MESSAGE_ILLEGAL, MESSAGE_ILLEGAL_REMARK)
         records.append(encode_stored_message(
-            topic=topic, queue_id=queue_id, queue_offset=first_offset, physical_offset=phys,
+            topic=store_topic, queue_id=store_qid, queue_offset=first_offset,
+            physical_offset=phys,
             body=cmd.body, properties=props, flag=flag, sys_flag=sys_flag,
             born_timestamp=born_ts, born_host=conn.peer, store_timestamp=now,
             store_host=store_host, reconsume_times=reconsume_times))
@@ -183,7 +192,7 @@ def handle_send(broker: "Broker", conn, cmd: RemotingCommand) -> RemotingCommand
     for rec in records:
         ids.append(offset_msg_id(host_bytes, pos))
         pos += len(rec)
-    broker.long_poll.notify_arrival_soon(topic, queue_id, queue.max_offset, codes)
+    broker.long_poll.notify_arrival_soon(queue.topic, queue.queue_id, queue.max_offset, codes)
     return cmd.make_response(ResponseCode.SUCCESS, {
         "queueId": str(queue_id), "TRACE_ON": ext["TRACE_ON"], "MSG_REGION": ext["MSG_REGION"],
         "msgId": ",".join(ids), "queueOffset": str(first_offset)}, None, version=version)

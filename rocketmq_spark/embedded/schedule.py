@@ -1,0 +1,158 @@
+"""Delayed messages (``DELAY`` 1-18), as a 4.9.8 broker's ScheduleMessageService keeps them.
+
+* A single message whose ``DELAY`` property is above 0 is not stored in its topic: it goes to
+  ``SCHEDULE_TOPIC_XXXX``, queue ``level - 1`` (a level above the table's last is lowered to
+  it), with two more properties, ``REAL_TOPIC`` and ``REAL_QID``. Its properties are
+  serialized again from the broker's HashMap, ``WAIT`` included (CommitLog.putMessage). The
+  send's answer keeps the requested queue id and gives the schedule queue's offset.
+* Once ``store time + the level's delay`` has passed, the message is stored again in its real
+  topic and queue: same body, flags, born time and host, a new store time, and the same
+  properties text (``DELAY``, ``REAL_TOPIC`` and ``REAL_QID`` stay, as in 4.9.8, whose
+  messageTimeup serializes the properties before clearing ``DELAY``).
+* A batch whose header carries ``DELAY`` is refused (MESSAGE_ILLEGAL); a ``DELAY`` inside a
+  batch's own messages is stored as it is and not delayed, as on the genuine broker.
+
+The delay table is the broker's ``messageDelayLevel`` (``ServerOptions.message_delay_level``;
+tests shorten it). How far each level has been delivered is kept like a consumer offset
+(group ``%SCHEDULE%``), so it survives a restart with a data directory.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, List, Optional, Tuple
+
+from ..client.protocol.message import decode_message, encode_stored_message, record_layout
+from ..client.protocol.properties import (
+    CLUSTER, DELAY, decode_properties, encode_properties, java_hashmap_order,
+)
+from .options import DEFAULT_DELAY_LEVELS  # noqa: F401  (the genuine table, re-exported)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .broker import Broker
+
+log = logging.getLogger(__name__)
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+SCHEDULE_GROUP = "%SCHEDULE%"
+REAL_TOPIC = "REAL_TOPIC"
+REAL_QID = "REAL_QID"
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_delay_levels(text: str) -> List[float]:
+    """``"1s 5s 10s 30s 1m ..."`` to seconds per level (level 1 first). ``ms`` is accepted
+    too, so tests can use short delays."""
+    levels = []
+    for item in text.split():
+        unit = "ms" if item.endswith("ms") else item[-1:]
+        number = item[:-len(unit)]
+        if unit not in _UNITS or not number.replace(".", "", 1).isdigit():
+            raise ValueError(f"delay level {item!r} is not a number followed by ms, s, m, h "
+                             "or d")
+        levels.append(float(number) * _UNITS[unit])
+    if not levels:
+        raise ValueError("the delay level table is empty")
+    return levels
+
+
+def delay_level(properties: Optional[str]) -> int:
+    """The message's ``DELAY`` level (0 when absent or not a number)."""
+    value = decode_properties(properties or "").get(DELAY, "")
+    return int(value) if value.strip().lstrip("-").isdigit() else 0
+
+
+def schedule_target(properties: Optional[str], topic: str, queue_id: int, cluster: str,
+                    max_level: int) -> Optional[Tuple[str, int, str]]:
+    """Where a single message with a delay is stored: (SCHEDULE_TOPIC_XXXX, level - 1, its
+    properties text); None when it has no delay."""
+    level = delay_level(properties)
+    if level <= 0:
+        return None
+    level = min(level, max_level)
+    props = decode_properties(properties or "")
+    props[DELAY] = str(level)
+    props[CLUSTER] = cluster
+    props[REAL_TOPIC] = topic
+    props[REAL_QID] = str(queue_id)
+    text = encode_properties({k: props[k] for k in java_hashmap_order(props)},
+                             trailing_separator=False)
+    return SCHEDULE_TOPIC, level - 1, text
+
+
+class ScheduleService:
+    """Moves due messages from SCHEDULE_TOPIC_XXXX to their real queues, on the broker's
+    loop, every ``interval`` seconds."""
+
+    def __init__(self, broker: "Broker", interval: float = 0.05):
+        self.broker = broker
+        self.interval = interval
+        self.levels = parse_delay_levels(broker.options.message_delay_level)
+        self._task: Optional[asyncio.Task] = None
+
+    @property
+    def max_level(self) -> int:
+        return len(self.levels)
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                self.deliver_due()
+            except Exception:  # pragma: no cover - keep delivering
+                log.exception("%s: delivering delayed messages failed", self.broker.name)
+            await asyncio.sleep(self.interval)
+
+    def deliver_due(self, now_ms: Optional[int] = None) -> int:
+        """Store every message whose delay has passed in its real queue; returns how many."""
+        store = self.broker.store
+        moved = 0
+        for index, delay in enumerate(self.levels):
+            queue = store.existing_queue(SCHEDULE_TOPIC, index)
+            if queue is None:
+                continue
+            offset = max(store.query_offset(SCHEDULE_GROUP, SCHEDULE_TOPIC, index),
+                         queue.min_offset)
+            now = store.now() if now_ms is None else now_ms
+            start = offset
+            while offset < queue.max_offset and queue.store_time(offset) + delay * 1000 <= now:
+                self._deliver(queue.record(offset))
+                offset += 1
+            if offset != start:
+                store.commit_offset(SCHEDULE_GROUP, SCHEDULE_TOPIC, index, offset)
+                moved += offset - start
+        return moved
+
+    def _deliver(self, record: bytes) -> None:
+        from .send import tag_code
+
+        broker, store = self.broker, self.broker.store
+        msg, _ = decode_message(record, verify_crc=False, decompress=False)
+        layout = record_layout(record, 0, len(record))
+        props_pos, props_len = layout[9], layout[10]
+        text = bytes(record[props_pos:props_pos + props_len]).decode("utf-8")
+        props = msg.properties
+        topic, queue_id = props.get(REAL_TOPIC), props.get(REAL_QID, "")
+        if not topic or not queue_id.isdigit():
+            log.error("%s: delayed message %s has no REAL_TOPIC/REAL_QID; dropped", broker.name,
+                      msg.offset_msg_id)
+            return
+        queue = store.queue(topic, int(queue_id))
+        now = store.now()
+        stored = encode_stored_message(
+            topic=topic, queue_id=int(queue_id), queue_offset=queue.max_offset,
+            physical_offset=store.commit_log.size, body=msg.stored_body, properties=text,
+            flag=msg.flag, sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
+            born_host=msg.born_host, store_timestamp=now, store_host=broker.addr,
+            reconsume_times=msg.reconsume_times)
+        code = tag_code(text)
+        store.append(queue, [stored], [code], now)
+        broker.long_poll.notify_arrival(topic, int(queue_id), queue.max_offset, [code])
