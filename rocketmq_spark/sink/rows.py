@@ -112,7 +112,8 @@ def normalize(batch: pa.RecordBatch, plan: ColumnPlan, options: SinkOptions,
                 j = first_index(flat.is_null())
                 row = int(np.searchsorted(offsets, offsets[0] + j, "right") - 1)
                 raise _fail(rows, row, "the keys array holds a null key")
-            keys = pc.binary_join(keys.cast(pa.large_list(pa.large_string())), " ")
+            keys = pc.binary_join(keys.cast(pa.large_list(pa.large_string())),
+                                  pa.scalar(" ", pa.large_string()))
         keys = keys.cast(pa.large_string())
         _no_separators(rows, keys, "keys")
         rows.keys = pc.if_else(pc.equal(keys, ""), pa.scalar(None, pa.large_string()), keys)

@@ -70,7 +70,7 @@ def entries_body(entries: pa.Array, rows: np.ndarray) -> bytes:
     """The batch body of ``rows`` (indices into ``entries``): one slice of the data buffer when
     they are consecutive, else the entries taken in that order."""
     first, last = int(rows[0]), int(rows[-1])
-    if last - first + 1 == len(rows):
+    if last - first + 1 == len(rows) and (len(rows) < 2 or bool(np.all(np.diff(rows) == 1))):
         offsets = entry_offsets(entries)
         return bytes(memoryview(entries.buffers()[2])[offsets[first]:offsets[last + 1]])
     taken = entries.take(pa.array(rows))
@@ -103,8 +103,8 @@ def java_string_hashes(strings: pa.Array) -> np.ndarray:
         ends = (starts + lengths)[row_of]
         exponent = ends - 1 - np.arange(len(data))
         terms = (data.astype(np.uint64) * pow31[exponent]) & 0xFFFFFFFF
-        sums = np.add.reduceat(terms, np.minimum(starts, len(data) - 1))
-        out = np.where(lengths > 0, sums & 0xFFFFFFFF, 0).astype(np.int64)
+        filled = lengths > 0  # empty rows own no bytes: segments start at the others
+        out[filled] = (np.add.reduceat(terms, starts[filled]) & 0xFFFFFFFF).astype(np.int64)
         ascii_rows = np.ones(n, dtype=bool)
         high = data >= 0x80
         if high.any():
@@ -130,7 +130,10 @@ def join_pieces(pieces: Sequence[pa.Array]) -> pa.Array:
     pieces = [p.cast(pa.large_binary()) for p in pieces]
     if len(pieces) == 1:
         return pc.fill_null(pieces[0], _EMPTY)
-    return pc.binary_join_element_wise(*pieces, _EMPTY, null_handling="skip")
+    # null_handling="replace" with "": pyarrow 26's "skip" drops rows whose pieces are all
+    # null from the result (it comes out shorter than its inputs).
+    return pc.binary_join_element_wise(*pieces, _EMPTY, null_handling="replace",
+                                       null_replacement="")
 
 
 def map_properties(maps: pa.MapArray) -> pa.Array:
