@@ -1028,3 +1028,16 @@ def test_cli(tmp_path):
         proc.stdout.close()
         proc.stderr.close()
     assert (tmp_path / "cli" / "broker-a" / "commitlog").stat().st_size > 0
+
+
+def test_append_can_back_date_but_never_before_the_queue_s_last_message(cluster):
+    cluster.create_topic("HistoryT", queues=1)
+    cluster.append("HistoryT", "broker-a", 0, [b"old"] * 3, store_timestamp=1_000_000)
+    cluster.append("HistoryT", "broker-a", 0, [b"later"], store_timestamp=2_000_000)
+    assert [cluster.store_time("HistoryT", "broker-a", 0, o) for o in range(4)] == \
+        [1_000_000] * 3 + [2_000_000]
+    with pytest.raises(ValueError, match="older than the last message"):
+        cluster.append("HistoryT", "broker-a", 0, [b"x"], store_timestamp=1_500_000)
+    cluster.append("HistoryT", "broker-a", 0, [b"now"])  # an undated append is stored now
+    assert cluster.store_time("HistoryT", "broker-a", 0, 4) > 2_000_000
+    assert cluster.store_time("HistoryT", "broker-a", 0, 5) is None

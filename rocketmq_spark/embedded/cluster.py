@@ -353,9 +353,14 @@ class EmbeddedCluster:
     def append(self, topic: str, broker_name: str, queue_id: int,
                bodies: Iterable[bytes], tags: Optional[str] = None, keys: Optional[str] = None,
                properties: Optional[Mapping[str, str]] = None,
-               born_timestamp: Optional[int] = None) -> int:
+               born_timestamp: Optional[int] = None,
+               store_timestamp: Optional[int] = None) -> int:
         """Store messages directly (no client): for tests and benchmarks. Creates the topic on
-        that broker if needed. Returns the queue offset of the first message."""
+        that broker if needed. Returns the queue offset of the first message.
+
+        ``store_timestamp`` (ms) back-dates the messages, to build a history (e.g. for reads
+        by time); it may not be older than the queue's last message, since store times never
+        go back along a queue (searches by time rely on it)."""
         b = self._broker(broker_name)
         bodies = [bytes(x) for x in bodies]
 
@@ -373,7 +378,15 @@ class EmbeddedCluster:
             props_text = encode_properties(props, trailing_separator=False)
             code = tag_code(props_text)
             queue = store.queue(topic, queue_id)
-            now = store.now()
+            if store_timestamp is None:
+                now = store.now()
+            else:
+                last = queue.store_time(queue.max_offset - 1)
+                if last is not None and store_timestamp < last:
+                    raise ValueError(f"store_timestamp {store_timestamp} is older than the "
+                                     f"last message of {topic}/{broker_name}/{queue_id} "
+                                     f"({last})")
+                now = store_timestamp
             born = now if born_timestamp is None else born_timestamp
             phys = store.commit_log.size
             first = queue.max_offset
