@@ -6,6 +6,7 @@ pytest; every subcommand prints one JSON document on stdout (logs go to ~/logs/r
     python tests/cpp_peer.py produce --namesrv ADDR --topic T [--group G] [--batch] < messages.json
     python tests/cpp_peer.py pull    --namesrv ADDR --topic T [--group G] [--expression E]
     python tests/cpp_peer.py push    --namesrv ADDR --topic T --group G --expect N [--timeout S]
+    python tests/cpp_peer.py push    --namesrv ADDR --topic T --group G --stop-file PATH
 
 ``produce`` reads a JSON list of messages ``{"body": str, "tags": str, "keys": str,
 "properties": {name: value}}`` (or generates ``--count`` of them) and prints
@@ -14,17 +15,18 @@ pytest; every subcommand prints one JSON document on stdout (logs go to ~/logs/r
 
 ``pull`` reads every queue from offset 0 to its end and prints ``{"messages": [...], "pulls":
 [[broker, queue, offset, status, nextBeginOffset], ...]}``. ``push`` consumes as a group until
-``--expect`` messages arrived (or ``--timeout``), waits ``--linger`` seconds, shuts down and
-prints ``{"messages": [...]}``; it first prints ``{"started": true}`` once it has started, so
-read the last line. Each message has topic, tags, keys, body
-(text; bodies are read through a C string, so they end at the first NUL byte), id, queue_id,
-queue_offset, store_size, commit_log_offset, born/store timestamps and the user properties
-named with ``--props``.
+``--expect`` messages arrived (or ``--timeout``, or until ``--stop-file`` exists), waits
+``--linger`` seconds, shuts down and prints ``{"messages": [...]}``; it first prints
+``{"started": true}`` once it has started, so read the last line. Each message has topic,
+tags, keys, body (text; bodies are read through a C string, so they end at the first NUL byte),
+id, queue_id, queue_offset, store_size, commit_log_offset, born/store timestamps and the user
+properties named with ``--props``.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -169,7 +171,12 @@ def push(args) -> dict:
     consumer.start()
     print(json.dumps({"started": True}), flush=True)
     try:
-        done.wait(args.timeout)
+        if args.stop_file:
+            deadline = time.monotonic() + args.timeout
+            while not os.path.exists(args.stop_file) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        else:
+            done.wait(args.timeout)
         time.sleep(args.linger)  # the client persists offsets every 5 s and at shutdown
     finally:
         consumer.shutdown()
@@ -201,7 +208,9 @@ def main(argv=None) -> int:
         if name == "pull":
             s.add_argument("--max-num", type=int, default=32)
         if name == "push":
-            s.add_argument("--expect", type=int, required=True)
+            s.add_argument("--expect", type=int, default=sys.maxsize)
+            s.add_argument("--stop-file", help="consume until this file exists (a group member "
+                           "whose share is not known in advance)")
             s.add_argument("--timeout", type=float, default=30.0)
             s.add_argument("--linger", type=float, default=0.0)
     args = p.parse_args(argv)

@@ -11,7 +11,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional
+from typing import Callable, Dict, Mapping, Optional
 
 from ..client.protocol.codes import (
     DEFAULT_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE, RequestCode,
@@ -39,7 +39,6 @@ log = logging.getLogger(__name__)
 
 NOT_SET_REMARK = "not set any response code"
 QUERY_NOT_FOUND_REMARK = "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
-LOCK_EXPIRY_SECONDS = 60.0
 
 
 class Broker:
@@ -79,8 +78,9 @@ class Broker:
             RequestCode.UNREGISTER_CLIENT: self._unregister_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self._consumer_list,
             RequestCode.GET_CONSUME_STATS: self._consume_stats,
-            41: self._lock_batch,    # LOCK_BATCH_MQ (orderly consumers)
-            42: self._unlock_batch,  # UNLOCK_BATCH_MQ
+            RequestCode.GET_CONSUMER_CONNECTION_LIST: self._consumer_connections,
+            RequestCode.LOCK_BATCH_MQ: self._lock_batch,  # orderly consumers
+            RequestCode.UNLOCK_BATCH_MQ: self._unlock_batch,
         }
 
     # ---------------------------------------------------------------- identity
@@ -340,29 +340,84 @@ class Broker:
         body = json.dumps({"consumerIdList": ids}, separators=(",", ":")).encode()
         return self._reply(cmd, RC.SUCCESS, {}, body=body)
 
+    def _consumer_connections(self, conn, cmd):
+        """GET_CONSUMER_CONNECTION_LIST (what ``mqadmin consumerConnection`` prints): each
+        member's client id, address, language and version, and the group's subscriptions."""
+        group = req_str(cmd.fields, "consumerGroup")
+        info = self.clients.consumers.get(group)
+        if info is None:
+            return self._reply(cmd, RC.CONSUMER_NOT_ONLINE, None,
+                               f"the consumer group[{group}] not online")
+        connections = [{"clientAddr": getattr(c, "peer", ""), "clientId": ch.client_id,
+                        "language": ch.language, "version": ch.version}
+                       for c, ch in info.channels.items()]
+        subscriptions = {
+            topic: {"classFilterMode": False, "codeSet": sorted(sub.codes),
+                    "expressionType": sub.expression_type, "subString": sub.sub_string,
+                    "subVersion": sub.sub_version,
+                    "tagsSet": [] if sub.match_all else [t.strip() for t in
+                                                         sub.sub_string.split("||")],
+                    "topic": topic}
+            for topic, sub in info.subscriptions.items()}
+        body = json.dumps({"connectionSet": connections, "consumeFromWhere":
+                           info.consume_from_where, "consumeType": info.consume_type,
+                           "messageModel": info.message_model,
+                           "subscriptionTable": subscriptions},
+                          separators=(",", ":")).encode()
+        return self._reply(cmd, RC.SUCCESS, None, body=body)
+
     def _lock_batch(self, conn, cmd):
-        """LOCK_BATCH_MQ: grant queues that are free, expired or already this client's."""
-        body = json.loads(cmd.body or b"{}")
-        group, client = body.get("consumerGroup", ""), body.get("clientId", "")
+        """LOCK_BATCH_MQ (RebalanceLockManager.tryLockBatch): grant the queues that are free,
+        already this client's or whose holder has not renewed within the lock's live time;
+        granting renews. Locks are kept by (group, queue), not by connection."""
+        try:
+            group, client, queues = self._lock_request(cmd)
+        except ValueError as exc:
+            return self._reply(cmd, RC.SYSTEM_ERROR, None, str(exc))
         now = time.monotonic()
-        granted: List[dict] = []
-        for mq in body.get("mqSet") or []:
-            key = (group, mq.get("topic"), mq.get("brokerName"), mq.get("queueId"))
-            holder = self._locks.get(key)
-            if holder is None or holder[0] == client or now - holder[1] > LOCK_EXPIRY_SECONDS:
-                self._locks[key] = (client, now)
+        expiry = self.options.rebalance_lock_max_live_seconds
+        granted = []
+        for mq in queues:
+            holder = self._locks.get((group, mq))
+            if holder is None or holder[0] == client or now - holder[1] > expiry:
+                if holder is not None and holder[0] != client:
+                    log.info("%s: lock of %s for %s expired; %s takes it from %s", self.name,
+                             mq, group, client, holder[0])
+                self._locks[(group, mq)] = (client, now)
                 granted.append(mq)
-        payload = json.dumps({"lockOKMQSet": granted}, separators=(",", ":")).encode()
+        payload = json.dumps({"lockOKMQSet": [{"brokerName": b, "queueId": q, "topic": t}
+                                              for t, b, q in sorted(granted)]},
+                             separators=(",", ":")).encode()
         return self._reply(cmd, RC.SUCCESS, None, body=payload)
 
     def _unlock_batch(self, conn, cmd):
-        body = json.loads(cmd.body or b"{}")
-        group, client = body.get("consumerGroup", ""), body.get("clientId", "")
-        for mq in body.get("mqSet") or []:
-            key = (group, mq.get("topic"), mq.get("brokerName"), mq.get("queueId"))
-            if self._locks.get(key, (None,))[0] == client:
-                del self._locks[key]
+        """UNLOCK_BATCH_MQ: drop this client's locks; another client's lock stays."""
+        try:
+            group, client, queues = self._lock_request(cmd)
+        except ValueError as exc:
+            return self._reply(cmd, RC.SYSTEM_ERROR, None, str(exc))
+        for mq in queues:
+            if self._locks.get((group, mq), (None,))[0] == client:
+                del self._locks[(group, mq)]
         return self._reply(cmd, RC.SUCCESS)
+
+    @staticmethod
+    def _lock_request(cmd):
+        """(group, client id, [(topic, broker name, queue id)]) of a (un)lock request body."""
+        try:
+            body = json.loads(cmd.body or b"{}")
+            queues = [(str(q["topic"]), str(q["brokerName"]), int(q["queueId"]))
+                      for q in body.get("mqSet") or []]
+            return str(body.get("consumerGroup") or ""), str(body.get("clientId") or ""), queues
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise ValueError(f"com.alibaba.fastjson.JSONException: {exc}") from None
+
+    def lock_holders(self, group: str) -> Dict[tuple, str]:
+        """(topic, broker name, queue id) -> client id of the unexpired locks of ``group``."""
+        now = time.monotonic()
+        expiry = self.options.rebalance_lock_max_live_seconds
+        return {mq: holder[0] for (g, mq), holder in self._locks.items()
+                if g == group and now - holder[1] <= expiry}
 
     # ---------------------------------------------------------------- control (cluster API)
 

@@ -25,6 +25,9 @@ class ServerOptions:
       master with ``slaveReadEnable`` answers 1 to consumers that lag, sending them to a slave.
     * ``channel_expiry_seconds``: consumers/producers that stop heartbeating are dropped (and
       their connection closed) after this long.
+    * ``rebalance_lock_max_live_seconds``: a queue lock (LOCK_BATCH_MQ) not renewed for this
+      long may be taken by another client (the genuine broker's
+      ``rocketmq.broker.rebalance.lockMaxLiveTime``, 60 s). Locks outlive connections.
     """
 
     cluster_name: str = "DefaultCluster"
@@ -36,6 +39,7 @@ class ServerOptions:
     message_delay_level: str = DEFAULT_DELAY_LEVELS  # messageDelayLevel; tests shorten it
     search_by_time: str = "lower"
     channel_expiry_seconds: float = 120.0
+    rebalance_lock_max_live_seconds: float = 60.0
     housekeeping_interval: float = 10.0
     flush_interval: float = 1.0
     region: str = "DefaultRegion"
@@ -51,5 +55,7 @@ class ServerOptions:
                      "max_message_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.channel_expiry_seconds <= 0 or self.housekeeping_interval <= 0:
-            raise ValueError("channel_expiry_seconds and housekeeping_interval must be positive")
+        if (self.channel_expiry_seconds <= 0 or self.housekeeping_interval <= 0
+                or self.rebalance_lock_max_live_seconds <= 0):
+            raise ValueError("channel_expiry_seconds, housekeeping_interval and "
+                             "rebalance_lock_max_live_seconds must be positive")

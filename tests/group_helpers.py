@@ -1,0 +1,153 @@
+"""Helpers for the consumer-group tests: a background feeder of numbered messages, what the
+brokers know of a group (members, lock holders), and exactly-once checks over several sinks."""
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, defaultdict
+from typing import Callable, Dict, Iterable, List, Optional
+
+from rocketmq_spark.client import Message, MessageQueue, Producer
+
+TOPIC_QUEUES = 6  # per broker: 2 brokers x 6 queues
+
+
+class Feeder:
+    """Sends ``n`` messages numbered 0..n-1 (key = number) round robin over the topic's queues
+    at ``rate`` messages/s, in the background; ``queue_of[number]`` records each one's queue.
+    :meth:`hold_at` makes it wait before message ``k`` until the returned event is set."""
+
+    def __init__(self, namesrv: str, topic: str, n: int, rate: float = 1500.0,
+                 chunk: int = 60):
+        self.namesrv, self.topic, self.n, self.rate, self.chunk = namesrv, topic, n, rate, chunk
+        self.sent = 0
+        self.queue_of: Dict[int, MessageQueue] = {}
+        self.error: Optional[BaseException] = None
+        self._holds: Dict[int, threading.Event] = {}
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def hold_at(self, k: int) -> threading.Event:
+        """Stop before sending message ``k`` (a chunk boundary) until the event is set."""
+        assert k % self.chunk == 0, "hold at a chunk boundary"
+        return self._holds.setdefault(k, threading.Event())
+
+    def start(self) -> "Feeder":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            with Producer(self.namesrv) as producer:
+                queues = producer.queues(self.topic, refresh=True)
+                next_at = time.monotonic()
+                for i, first in enumerate(range(0, self.n, self.chunk)):
+                    if first in self._holds:
+                        self._holds[first].wait(600)
+                        next_at = time.monotonic()
+                    numbers = range(first, min(first + self.chunk, self.n))
+                    mq = queues[i % len(queues)]
+                    producer.send_batch([Message(self.topic, f"g{k}".encode(), keys=str(k))
+                                         for k in numbers], queue=mq)
+                    for k in numbers:
+                        self.queue_of[k] = mq
+                    self.sent = numbers[-1] + 1
+                    next_at += len(numbers) / self.rate
+                    time.sleep(max(0.0, next_at - time.monotonic()))
+        except BaseException as exc:  # surfaced by join()
+            self.error = exc
+
+    def join(self, timeout: float = 300) -> None:
+        self._thread.join(timeout)
+        if self.error is not None:
+            raise AssertionError(f"the producer failed: {self.error!r}")
+        assert self.sent == self.n
+
+
+def lock_holders(cluster, group: str) -> Dict[MessageQueue, str]:
+    """Unexpired queue locks of ``group`` on every broker: queue -> client id."""
+    out: Dict[MessageQueue, str] = {}
+    for handle in cluster.brokers:
+        broker = cluster._broker(handle.name)
+        for (topic, name, qid), client in cluster._call(broker.lock_holders, group).items():
+            out[MessageQueue(topic, name, qid)] = client
+    return out
+
+
+def members(cluster, group: str) -> List[str]:
+    return sorted(set(cluster.consumer_clients(group, "broker-a"))
+                  | set(cluster.consumer_clients(group, "broker-b")))
+
+
+def shares(holders: Dict[MessageQueue, str]) -> Dict[str, int]:
+    return dict(Counter(holders.values()))
+
+
+def wait_until(predicate: Callable[[], object], timeout: float, what: str,
+               interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def duplicates(keys: Iterable[int]) -> Dict[int, int]:
+    counts = Counter(keys)
+    return {k: c for k, c in counts.items() if c > 1}
+
+
+def queues_read(rows) -> Dict[MessageQueue, int]:
+    """Messages per queue in sink rows (topic, brokerName, queueId)."""
+    out: Dict[MessageQueue, int] = defaultdict(int)
+    for r in rows:
+        out[MessageQueue(r["topic"], r["brokerName"], r["queueId"])] += 1
+    return dict(out)
+
+
+class LockHolder:
+    """Another client of the group holding broker locks on ``queues`` (renewed every 0.5 s in
+    the background), as a stuck orderly consumer would."""
+
+    def __init__(self, cluster, group: str, queues: List[MessageQueue]):
+        from rocketmq_spark.client.admin import Admin
+        from rocketmq_spark.client.config import ClientConfig
+
+        self.cluster, self.group = cluster, group
+        self.held = set(queues)
+        self.admin = Admin(cluster.namesrv_addr, config=ClientConfig(client_id="lock-holder"))
+        self._stop = threading.Event()
+        self._guard = threading.Lock()
+        self._renew()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _renew(self) -> None:
+        with self._guard:
+            for mq in sorted(self.held):
+                got = self.admin.brokers.lock_batch_mq(
+                    self.cluster.broker(mq.broker_name).addr, self.group, [mq])
+                assert got == [mq], f"{mq.key} is locked by someone else"
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            self._renew()
+
+    def start(self) -> "LockHolder":
+        self._thread.start()
+        return self
+
+    def release(self, mq: MessageQueue) -> None:
+        with self._guard:
+            self.held.discard(mq)
+            self.admin.brokers.unlock_batch_mq(self.cluster.broker(mq.broker_name).addr,
+                                               self.group, [mq])
+
+    def abandon(self, mq: MessageQueue) -> None:
+        with self._guard:
+            self.held.discard(mq)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.admin.close()

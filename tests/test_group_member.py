@@ -1,0 +1,200 @@
+"""The driver side of group membership (rocketmq_spark/source/membership.py) against the
+embedded brokers over real sockets, without Spark: members agree on their shares, hear the
+broker's NOTIFY_CONSUMER_IDS_CHANGED, hand queues over through committed offsets, respect
+broker locks, and leave (commit, unlock, unregister) on SIGTERM."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rocketmq_spark.client.admin import Admin
+from rocketmq_spark.client.config import ClientConfig
+from rocketmq_spark.client.protocol.route import MessageQueue
+from rocketmq_spark.client.remoting import RemotingClient
+from rocketmq_spark.source.allocation import allocate_all
+from rocketmq_spark.source.membership import GroupMember, member_client_id
+
+from group_helpers import lock_holders, wait_until
+
+HERE = Path(__file__).resolve().parent
+
+
+def make_member(namesrv: str, group: str, topic: str, name: str, **kw) -> GroupMember:
+    holder = []
+    remoting = RemotingClient(ClientConfig(client_id=member_client_id(name)),
+                              request_handler=lambda c, cmd: holder[0].on_request(c, cmd))
+    member = GroupMember(Admin(namesrv, remoting=remoting), group, lambda: [topic],
+                         lambda queues: {mq: 0 for mq in queues}, **kw)
+    holder.append(member)
+    return member
+
+
+@pytest.fixture
+def cluster(embedded_cluster_factory):
+    c = embedded_cluster_factory(brokers=2, rebalance_lock_max_live_seconds=2.0)
+    c.create_topic("MemberT", queues=6)
+    return c
+
+
+def queues_of(cluster, topic="MemberT"):
+    with Admin(cluster.namesrv_addr) as admin:
+        return admin.queues(topic, refresh=True)
+
+
+def test_client_id_is_readable_and_unique_per_run():
+    a, b = member_client_id("orders-etl"), member_client_id("orders-etl")
+    assert a != b
+    ip, _, rest = a.partition("@")
+    assert ip.count(".") == 3 and rest.startswith(f"spark-orders-etl-{os.getpid()}-")
+
+
+def test_members_agree_and_rebalance_on_the_brokers_notification(cluster):
+    members = []
+    try:
+        members.append(make_member(cluster.namesrv_addr, "agree", "MemberT", "a").start())
+        assert len(members[0].wanted) == 12
+        members.append(make_member(cluster.namesrv_addr, "agree", "MemberT", "b").start())
+        # The 20 s round is far away: only the notification can make "a" rebalance this soon.
+        wait_until(lambda: len(members[0].wanted) == 6, 5, "a to hear of b")
+        assert members[0].notifications >= 1
+        members.append(make_member(cluster.namesrv_addr, "agree", "MemberT", "c").start())
+        wait_until(lambda: all(len(m.wanted) == 4 for m in members), 5, "4 queues each")
+        ids = [m.client_id for m in members]
+        expected = allocate_all("averagely", queues_of(cluster), ids)
+        for m in members:
+            assert sorted(m.wanted) == sorted(expected[m.client_id])
+        connections = members[0].admin.brokers.get_consumer_connection_list(
+            cluster.broker("broker-a").addr, "agree")
+        assert sorted(c["clientId"] for c in connections["connectionSet"]) == sorted(ids)
+        assert connections["consumeType"] == "CONSUME_ACTIVELY"
+        assert set(connections["subscriptionTable"]) == {"MemberT", "%RETRY%agree"}
+        members.pop().leave()  # UNREGISTER_CLIENT: the others hear it at once
+        wait_until(lambda: all(len(m.wanted) == 6 for m in members), 5, "6 queues each again")
+    finally:
+        for m in members:
+            m.leave()
+
+
+def test_hand_over_commits_then_unlocks_and_the_successor_starts_there(cluster):
+    group = "handover"
+    a = make_member(cluster.namesrv_addr, group, "MemberT", "a", lock_queues=True).start()
+    b = None
+    try:
+        entered = a.settle({}).entering
+        assert len(entered) == 12 and set(entered.values()) == {0}
+        assert set(lock_holders(cluster, group).values()) == {a.client_id}
+        b = make_member(cluster.namesrv_addr, group, "MemberT", "b", lock_queues=True).start()
+        wait_until(lambda: len(a.wanted) == 6, 5, "a to give up 6 queues")
+        # b may not read them yet: a still holds their locks until its running batch ends.
+        assert b.settle({}).entering == {}
+        done = {mq: 40 + mq.queue_id for mq in entered}  # a's batches ended here
+        kept = a.settle(done).kept
+        assert sorted(kept) == sorted(a.wanted)
+        moved = sorted(set(entered) - set(kept))
+        with Admin(cluster.namesrv_addr) as admin:
+            group_offsets = admin.offsets("committed", moved, group=group)
+        assert group_offsets == {mq: done[mq] for mq in moved}  # committed before unlocking
+        wait_until(lambda: len(b.lock_ok) == 6, 5, "b to lock the queues a released")
+        joined = b.settle({}).entering
+        assert joined == {mq: done[mq] for mq in moved}
+        assert lock_holders(cluster, group) == {
+            **{mq: a.client_id for mq in kept}, **{mq: b.client_id for mq in moved}}
+    finally:
+        a.leave()
+        if b is not None:
+            b.leave()
+    assert lock_holders(cluster, group) == {}
+
+
+def test_a_locked_queue_is_not_read_until_released_or_expired(cluster):
+    group = "locked"
+    queues = queues_of(cluster)
+    blocked = queues[:3]
+    address = cluster.broker("broker-a").addr
+    blocker = Admin(cluster.namesrv_addr, config=ClientConfig(client_id="blocker"))
+    member = make_member(cluster.namesrv_addr, group, "MemberT", "m", lock_queues=True,
+                         interval=0.5)
+    try:
+        assert blocker.brokers.lock_batch_mq(address, group, blocked) == blocked
+        member.start()
+        entering = member.settle({}).entering
+        assert set(entering) == set(queues) - set(blocked)
+        blocker.brokers.unlock_batch_mq(address, group, blocked[:1])
+        wait_until(lambda: blocked[0] in member.settle({mq: 0 for mq in entering}).entering,
+                   5, "the released queue to join")
+        # The other two expire (2 s here; 60 s on a default broker) as the blocker never
+        # renews them.
+        t0 = time.monotonic()
+        state = {mq: 0 for mq in queues if mq not in blocked[1:]}
+        wait_until(lambda: set(blocked[1:]) <= set(member.settle(state).entering), 10,
+                   "the expired locks to be taken")
+        assert time.monotonic() - t0 > 1.0
+    finally:
+        member.leave()
+        blocker.close()
+
+
+def test_a_member_whose_lock_is_taken_stops_reading_that_queue(cluster):
+    group = "stolen"
+    member = make_member(cluster.namesrv_addr, group, "MemberT", "m", lock_queues=True,
+                         interval=0.5)
+    thief = Admin(cluster.namesrv_addr, config=ClientConfig(client_id="thief"))
+    try:
+        member.start()
+        held = member.settle({}).entering
+        victim = sorted(held)[0]
+        # The broker restarted and forgot the member's locks, and another client locked the
+        # queue first (set on the broker's loop, so no renewal of the member's comes between).
+        broker = cluster._broker(victim.broker_name)
+        cluster._call(lambda: broker._locks.__setitem__(
+            (group, (victim.topic, victim.broker_name, victim.queue_id)),
+            ("thief", time.monotonic())))
+        wait_until(lambda: victim not in member.lock_ok, 5, "the member to notice")
+        thief.brokers.lock_batch_mq(cluster.broker(victim.broker_name).addr, group, [victim])
+        settled = member.settle({mq: 7 for mq in held})
+        assert victim not in settled.kept and victim not in member.held
+        with Admin(cluster.namesrv_addr) as admin:  # not committed: it may belong to another
+            assert admin.offsets("committed", [victim], group=group)[victim] != 7
+    finally:
+        member.leave()
+        thief.close()
+
+
+def test_sigterm_leaves_the_group_commits_and_unlocks(cluster, tmp_path):
+    group = "sigterm"
+    script = tmp_path / "member.py"
+    script.write_text(f"""
+import sys, json, time
+sys.path.insert(0, {str(HERE)!r})
+from test_group_member import make_member
+m = make_member({cluster.namesrv_addr!r}, {group!r}, "MemberT", "term", lock_queues=True)
+m.start()
+entered = m.settle({{}}).entering
+m.settle({{mq: 11 for mq in entered}})  # a batch ended at 11 everywhere
+print(json.dumps({{"id": m.client_id, "held": len(m.held)}}), flush=True)
+time.sleep(600)
+""")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                            cwd=str(HERE))
+    try:
+        ready = json.loads(proc.stdout.readline())
+        assert ready["held"] == 12
+        assert len(lock_holders(cluster, group)) == 12
+        assert ready["id"] in cluster.consumer_clients(group)
+        queues = queues_of(cluster)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == -signal.SIGTERM  # then it dies of the signal, as before
+    finally:
+        proc.kill()
+    # Locks outlive connections on a RocketMQ broker: only an unlock frees them this soon.
+    assert lock_holders(cluster, group) == {}
+    assert cluster.consumer_clients(group) == []
+    with Admin(cluster.namesrv_addr) as admin:
+        assert set(admin.offsets("committed", queues, group=group).values()) == {11}
