@@ -225,6 +225,8 @@ def test_cut_by_bytes_keeps_order_and_limit():
     sizes = np.array([5, 5, 5, 20, 1, 1])
     parts = [p.tolist() for p in cut_by_bytes(np.arange(6), sizes, 10)]
     assert parts == [[0, 1], [2], [3], [4, 5]]
+    parts = [p.tolist() for p in cut_by_bytes(np.arange(6), np.ones(6), 10, max_rows=4)]
+    assert parts == [[0, 1, 2, 3], [4, 5]]
 
 
 def test_requests_keep_each_keys_rows_in_order_on_one_queue():

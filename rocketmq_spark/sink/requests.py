@@ -24,9 +24,10 @@ from .transport import Prepared
 Request = Tuple[str, Optional[MessageQueue], np.ndarray, bool]  # topic, fixed queue, rows, single
 
 
-def cut_by_bytes(rows: np.ndarray, sizes: np.ndarray, max_bytes: int) -> Iterator[np.ndarray]:
-    """Consecutive slices of ``rows`` whose ``sizes`` add up to at most ``max_bytes`` (a row
-    larger than that goes alone)."""
+def cut_by_bytes(rows: np.ndarray, sizes: np.ndarray, max_bytes: int,
+                 max_rows: Optional[int] = None) -> Iterator[np.ndarray]:
+    """Consecutive slices of ``rows`` whose ``sizes`` add up to at most ``max_bytes`` and that
+    hold at most ``max_rows`` rows (a row larger than ``max_bytes`` goes alone)."""
     if not len(rows):
         return
     total = np.cumsum(sizes[rows])
@@ -34,13 +35,15 @@ def cut_by_bytes(rows: np.ndarray, sizes: np.ndarray, max_bytes: int) -> Iterato
     while start < len(rows):
         base = total[start - 1] if start else 0
         end = max(int(np.searchsorted(total, base + max_bytes, "right")), start + 1)
+        if max_rows:
+            end = min(end, start + max_rows)
         yield rows[start:end]
         start = end
 
 
 def _requests(topic: str, queue: Optional[MessageQueue], rows: np.ndarray,
               single: Optional[np.ndarray], klass: Optional[np.ndarray], sizes: np.ndarray,
-              max_bytes: int, ordered: bool) -> Iterator[Request]:
+              max_bytes: int, max_rows: Optional[int], ordered: bool) -> Iterator[Request]:
     kind = np.zeros(len(rows), dtype=np.int8)
     if klass is not None:
         kind += klass[rows].astype(np.int8) * 2
@@ -57,14 +60,14 @@ def _requests(topic: str, queue: Optional[MessageQueue], rows: np.ndarray,
             for row in run:
                 yield topic, queue, np.array([row]), True
         else:
-            for part in cut_by_bytes(run, sizes, max_bytes):
+            for part in cut_by_bytes(run, sizes, max_bytes, max_rows):
                 yield topic, queue, part, False
 
 
 def plan_requests(prepared: Prepared, queues_of: Callable[[str], Sequence[MessageQueue]],
-                  max_bytes: int) -> Iterator[Request]:
+                  max_bytes: int, max_rows: Optional[int] = None) -> Iterator[Request]:
     """Every request for the rows of ``prepared``: (topic, fixed queue or None, row indices,
-    sent alone)."""
+    sent alone); at most ``max_bytes`` and ``max_rows`` a request."""
     rows = prepared.rows
     n = rows.count
     if rows.topic is None:
@@ -86,8 +89,9 @@ def plan_requests(prepared: Prepared, queues_of: Callable[[str], Sequence[Messag
             slot = np.where(keyed[index], hashes[index] % len(queues), -1)
             for q in np.unique(slot[slot >= 0]):
                 yield from _requests(topic, queues[int(q)], index[slot == q], single,
-                                     prepared.klass, prepared.sizes, max_bytes, True)
+                                     prepared.klass, prepared.sizes, max_bytes, max_rows,
+                                     True)
             free = index[slot < 0]
         if len(free):
             yield from _requests(topic, None, free, single, prepared.klass, prepared.sizes,
-                                 max_bytes, False)
+                                 max_bytes, max_rows, False)

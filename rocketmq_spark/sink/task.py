@@ -62,8 +62,8 @@ def write_task(batches: Iterable[pa.RecordBatch], plan: ColumnPlan, options: Sin
                 continue
             rows = normalize(batch, plan, options, identity, row)
             prepared = transport.prepare(rows)
-            for topic, queue, index, single in plan_requests(prepared, queues_of,
-                                                             options.max_batch_bytes):
+            for topic, queue, index, single in plan_requests(
+                    prepared, queues_of, options.max_batch_bytes, transport.max_request_rows):
                 pipeline.submit(Outgoing(topic, transport.payload(prepared, index, single),
                                          len(index), int(prepared.sizes[index].sum()), queue,
                                          row + int(index[0])))

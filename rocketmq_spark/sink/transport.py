@@ -60,6 +60,7 @@ class Transport(ABC):
     """The sink's view of a protocol: queues, payloads, and the pipeline's Sender calls."""
 
     name = "transport"
+    max_request_rows: Optional[int] = None  # rows per request, besides the byte limit
 
     @abstractmethod
     def queues(self, topic: str, refresh: bool = False) -> Sequence[MessageQueue]:
@@ -188,12 +189,11 @@ class GrpcTransport(Transport):
 
     The producer sends one message per SendMessage call (Apache's proxy stores a call of
     several messages with the first one's properties on all), so a pipeline request is kept to
-    ``CALLS_PER_REQUEST`` rows: several requests stay in flight and each is answered well
-    within the send timeout. (Rows are given at least ``max_batch_bytes / CALLS_PER_REQUEST``
-    bytes each for the request planning, so the summary's byte count is an upper bound.)"""
+    ``max_request_rows`` rows: several requests stay in flight and each is answered well
+    within the send timeout."""
 
     name = "grpc"
-    CALLS_PER_REQUEST = 32
+    max_request_rows = 32
 
     def __init__(self, producer: Any, options: SinkOptions):
         self.producer = producer
@@ -210,8 +210,7 @@ class GrpcTransport(Transport):
             raise RowError(f"{rows.where(i)}: the message for topic {rows.topic_of(i)!r} has "
                            f"a body of {int(sizes[i]):,} bytes; the broker takes at most "
                            f"{self.options.max_message_bytes:,} (option maxMessageBytes)")
-        floor = max(self.options.max_batch_bytes // self.CALLS_PER_REQUEST, 1)
-        return Prepared(rows, np.maximum(sizes + 64, floor))
+        return Prepared(rows, sizes + 64)
 
     def payload(self, prepared: Prepared, rows: np.ndarray, single: bool) -> List[Message]:
         r = prepared.rows
