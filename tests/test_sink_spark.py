@@ -274,3 +274,17 @@ def test_an_unknown_topic_without_auto_create_names_the_topic(spark, embedded_cl
     df = spark.range(10).selectExpr("CAST(id AS STRING) AS body")
     _fails(lambda: write(df, cluster.namesrv_addr, topic),
            f"topic '{topic}' does not exist", "create the topic first")
+
+
+def test_credentials_sign_the_sends_and_never_show(spark, embedded_cluster_factory,
+                                                   unique_name):
+    cluster = embedded_cluster_factory(brokers=1, acl={"SinkAK": "SinkSecret-123"})
+    topic = unique_name("SinkAcl")
+    cluster.create_topic(topic, queues=2)
+    df = spark.range(100).selectExpr("CAST(id AS STRING) AS body")
+    write(df, cluster.namesrv_addr, topic, accessKey="SinkAK", secretKey="SinkSecret-123")
+    assert sum(cluster.max_offset(topic, "broker-a", q) for q in range(2)) == 100
+    message = _fails(lambda: write(df, cluster.namesrv_addr, topic, accessKey="SinkAK",
+                                   secretKey="wrong-secret-456"),
+                     f"to topic '{topic}' failed after 1 attempt(s)")
+    assert "wrong-secret-456" not in message and "SinkSecret-123" not in message
