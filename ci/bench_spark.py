@@ -7,11 +7,12 @@ One run, ``local[2]``, one SparkSession (UI off, log level ERROR, ``spark.driver
 
 1. Read rate. Server A: one broker, topic ``BenchSpark`` with ``--queues`` queues (4) filled by
    the server itself with ``--messages`` messages of ``--size`` bytes (``--fill``), started with
-   per-pull caps ``--max-transfer-count`` / ``--max-transfer-bytes`` (default 1024 messages /
-   1 MiB; a genuine broker's ``maxTransferCountOnMessageInMemory`` /
-   ``maxTransferBytesOnMessageInMemory``, whose defaults are 32 / 256 KiB). Our query is
+   per-pull caps ``--max-transfer-count`` / ``--max-transfer-bytes`` (default 32 messages /
+   256 KiB: a genuine broker's defaults for ``maxTransferCountOnMessageInMemory`` /
+   ``maxTransferBytesOnMessageInMemory``, what users get; from disk a genuine broker serves 8 /
+   64 KiB). Our query is
    ``spark.read.format("rocketmq")`` (options ``subscribe``, ``pullBatchSize=--pull-batch-size``
-   (1024), plus any ``--read-option KEY=VALUE``; one partition per queue) written with
+   (32, the default), plus any ``--read-option KEY=VALUE``; one partition per queue) written with
    ``df.write.format("noop")``. Rate = rows /
    wall time of the ``save()``; ``--warmup-rounds`` (3) untimed rounds, then ``--runs`` (5)
    timed rounds, the three cases interleaved in each round; the median is reported. (One
@@ -366,6 +367,8 @@ def bench_read(spark, namesrv: str, server_pid: int, args, tmp: str) -> dict:
             "cpu_seconds_per_run": per_run,
             "cpu_per_1M_rows": round(sum(per_run[k] for k in ("server", "jvm", "python_workers"))
                                      * 1e6 / n, 3),
+            "cpu_per_1M_rows_by_role": {k: round(per_run[k] * 1e6 / n, 3)
+                                        for k in ("server", "jvm", "python_workers")},
         }
     out["cpu_ratio"] = (out["cases"]["python_ceiling"]["cpu_per_1M_rows"]
                         / out["cases"]["ours"]["cpu_per_1M_rows"])
@@ -660,23 +663,27 @@ def bench_planning(args) -> dict:
 # ------------------------------------------------------------------------------ main
 
 
-def table(result: dict) -> str:
-    r, lat, ref, pl = result["read"], result["latency"], result["reference_stream"], \
-        result["planning"]
+def ok(good: bool) -> str:
+    return "✔" if good else "✘"
+
+
+def read_table(result: dict) -> str:
+    """Part 1 alone (``--skip latency --skip planning``)."""
+    return "\n".join(["| measure | value | reference | ratio | target |",
+                      "|---|---:|---:|---:|---|"] + read_lines(result))
+
+
+def read_lines(result: dict) -> list:
+    r = result["read"]
     c = r["cases"]
-    ref_te = ref["triggerExecution"]
-    ours_te = lat["progress"]["triggerExecution"]
-
-    def ok(good: bool) -> str:
-        return "✔" if good else "✘"
-
-    lines = [
-        "| measure | value | reference | ratio | target |",
-        "|---|---:|---:|---:|---|",
+    a = result["args"]
+    return [
+        f"| per-pull caps of the broker (messages / bytes), pullBatchSize | "
+        f"{a['max_transfer_count']} / {a['max_transfer_bytes']:,} B, {a['pull_batch_size']} | | | – |",
         f"| read rate, ours → noop (rows/s) | {c['ours']['rows_per_s']:,.0f} | "
         f"(a) Python prebuilt batches {c['python_ceiling']['rows_per_s']:,.0f} | "
         f"{r['ratio_vs_python_ceiling']:.2f} | "
-        f"≥ 0.75 {ok(r['ratio_vs_python_ceiling'] >= 0.75)} |",
+        f"≥ 0.6 {ok(r['ratio_vs_python_ceiling'] >= 0.6)} |",
         f"| read rate, ours → noop (rows/s) | {c['ours']['rows_per_s']:,.0f} | "
         f"(b) JVM spark.range {c['jvm_range']['rows_per_s']:,.0f} | "
         f"{r['ratio_vs_jvm_range']:.2f} | – |",
@@ -685,8 +692,27 @@ def table(result: dict) -> str:
         f"| CPU s per 1M rows (server + JVM + Python workers) | "
         f"{c['ours']['cpu_per_1M_rows']:.2f} | (a) {c['python_ceiling']['cpu_per_1M_rows']:.2f} | "
         f"{r['cpu_ratio']:.2f} | (CPU(a)/CPU(ours)) |",
+        f"| CPU s per 1M rows: Python workers / Spark JVM / embedded broker | "
+        f"{c['ours']['cpu_per_1M_rows_by_role']['python_workers']:.2f} / "
+        f"{c['ours']['cpu_per_1M_rows_by_role']['jvm']:.2f} / "
+        f"{c['ours']['cpu_per_1M_rows_by_role']['server']:.2f} | "
+        f"(a) {c['python_ceiling']['cpu_per_1M_rows_by_role']['python_workers']:.2f} / "
+        f"{c['python_ceiling']['cpu_per_1M_rows_by_role']['jvm']:.2f} / – | | "
+        f"workers ≤ 0.6 {ok(c['ours']['cpu_per_1M_rows_by_role']['python_workers'] <= 0.6)} |",
         f"| CPU s used by other processes per timed run | {r['other_cpu_per_run']:.2f} | | | "
         f"≈ 0 for clean figures |",
+    ]
+
+
+def table(result: dict) -> str:
+    lat, ref, pl = result["latency"], result["reference_stream"], result["planning"]
+    ref_te = ref["triggerExecution"]
+    ours_te = lat["progress"]["triggerExecution"]
+
+    lines = [
+        "| measure | value | reference | ratio | target |",
+        "|---|---:|---:|---:|---|",
+        *read_lines(result),
         f"| latency p50, send → foreachBatch (ms) | {lat['p50_ms']:.0f} | "
         f"1-row Python micro-batch {ref_te:.0f} | {lat['p50_ms'] / ref_te:.2f} | "
         f"≤ 1.3 {ok(lat['p50_ms'] <= 1.3 * ref_te)} |",
@@ -747,11 +773,15 @@ def main() -> None:
     parser.add_argument("--warmup-rounds", type=int, default=3,
                         help="untimed rounds of part 1 first (Spark's JIT keeps speeding "
                              "both Python cases up for several rounds)")
-    parser.add_argument("--pull-batch-size", type=int, default=1024)
+    parser.add_argument("--pull-batch-size", type=int, default=32,
+                        help="our pullBatchSize (maxMsgNums); the broker's caps decide above it")
     parser.add_argument("--read-option", action="append", default=[], metavar="KEY=VALUE",
                         help="extra option for our read in part 1 (e.g. verifyCrc=false)")
-    parser.add_argument("--max-transfer-count", type=int, default=1024)
-    parser.add_argument("--max-transfer-bytes", type=int, default=1024 * 1024)
+    parser.add_argument("--max-transfer-count", type=int, default=32,
+                        help="the broker's per-pull message cap (genuine default 32; 8 on disk)")
+    parser.add_argument("--max-transfer-bytes", type=int, default=256 * 1024,
+                        help="the broker's per-pull byte cap (genuine default 256 KiB; 64 KiB "
+                             "on disk)")
     parser.add_argument("--latency-rate", type=float, default=20.0, help="messages/s")
     parser.add_argument("--latency-seconds", type=float, default=30.0)
     parser.add_argument("--idle-latency-rate", type=float, default=2.0,
@@ -837,6 +867,9 @@ def main() -> None:
     if not args.skip:
         print()
         print(table(result))
+    elif "read" in result:
+        print()
+        print(read_table(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2, default=str))
 

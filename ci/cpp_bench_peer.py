@@ -3,15 +3,25 @@
 
 Runs in its own process (the library starts threads of its own) and prints one JSON line:
 
-    cpp_bench_peer.py produce NAMESRV TOPIC COUNT SIZE  ->  {"count": N, "seconds": S}
-    cpp_bench_peer.py pull    NAMESRV TOPIC GROUP       ->  {"count": N, "bytes": B, "seconds": S}
+    cpp_bench_peer.py produce NAMESRV TOPIC COUNT SIZE  ->  {"count": N, "seconds": S, "cpu": C}
+    cpp_bench_peer.py pull    NAMESRV TOPIC GROUP       ->  {"count": N, "bytes": B, "seconds": S,
+                                                             "cpu": C}
+
+``cpu`` is the CPU seconds (user + system, every thread of this process: the library's own
+threads included) spent between the start and the end of the timed loop.
 
 ``pull`` reads every queue of the topic from offset 0 until PULL_NOT_FOUND, fetching each
 message's body, so it delivers the same payload our reader does.
 """
 import json
+import resource
 import sys
 import time
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def produce(namesrv: str, topic: str, count: int, size: int) -> dict:
@@ -21,14 +31,14 @@ def produce(namesrv: str, topic: str, count: int, size: int) -> dict:
     producer.set_namesrv_addr(namesrv)
     producer.start()
     body = b"x" * size
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), cpu_seconds()
     for _ in range(count):
         msg = Message(topic)
         msg.set_body(body)
         producer.send_sync(msg)
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
     producer.shutdown()
-    return {"count": count, "seconds": seconds}
+    return {"count": count, "seconds": seconds, "cpu": cpu}
 
 
 def pull(namesrv: str, topic: str, group: str) -> dict:
@@ -38,13 +48,13 @@ def pull(namesrv: str, topic: str, group: str) -> dict:
     consumer.set_namesrv_addr(namesrv)
     consumer.start()
     count = size = 0
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), cpu_seconds()
     for msg in consumer.pull(topic):
         size += len(msg.body)
         count += 1
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
     consumer.shutdown()
-    return {"count": count, "bytes": size, "seconds": seconds}
+    return {"count": count, "bytes": size, "seconds": seconds, "cpu": cpu}
 
 
 if __name__ == "__main__":

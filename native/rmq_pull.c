@@ -647,6 +647,9 @@ static Py_ssize_t trim_len(const uint8_t *b, Py_ssize_t n, int64_t end) {
 
 /* ------------------------------------------------------------------ the loop */
 
+static int consume_frame(Puller *self, int i, const uint8_t *frame, Py_ssize_t frame_len,
+                         int64_t *offset);
+
 /* A kept answer that is ours: can it be consumed here? */
 static int plain_found(Puller *self, flight_t *fl) {
     head_t *h = &fl->head;
@@ -657,9 +660,16 @@ static int plain_found(Puller *self, flight_t *fl) {
 /* Consume the answer for the current offset; returns the new offset. */
 static int consume(Puller *self, int i, int64_t *offset) {
     flight_t *fl = &self->flights[i];
+    return consume_frame(self, i, (const uint8_t *)fl->frame, fl->frame_len, offset);
+}
+
+/* The same, for the answer's frame where it lies (kept, or still in the receive buffer). */
+static int consume_frame(Puller *self, int i, const uint8_t *frame, Py_ssize_t frame_len,
+                         int64_t *offset) {
+    flight_t *fl = &self->flights[i];
     int64_t next = fl->head.next_begin;
-    const uint8_t *body = (const uint8_t *)fl->frame + fl->body_at;
-    Py_ssize_t blen = fl->frame_len - fl->body_at;
+    const uint8_t *body = frame + fl->body_at;
+    Py_ssize_t blen = frame_len - fl->body_at;
     if (next > self->end) blen = trim_len(body, blen, self->end);
     if (append_body(self, (const char *)body, blen, fl->offset) < 0) return -1;
     int64_t got = (next < self->end ? next : self->end) - fl->offset;
@@ -765,6 +775,24 @@ static PyObject *Puller_run(Puller *self, PyObject *args) {
             if (pr == 0 && (h.flag & 1)) {
                 for (int j = 0; j < self->nflights; j++)
                     if (self->flights[j].opaque == h.opaque && !self->flights[j].arrived) { k = j; break; }
+            }
+            if (k >= 0 && self->flights[k].offset == offset && self->out_msgs < max_msgs &&
+                self->olen < max_bytes) {
+                /* the answer for the current offset, in order: no copy before the output */
+                flight_t *fl = &self->flights[k];
+                fl->head = h;
+                fl->body_at = body_at;
+                if (plain_found(self, fl)) {
+                    self->rpos += 4 + length;
+                    self->consumed += 4 + length;
+                    if (consume_frame(self, k, payload, length, &offset) < 0) {
+                        Py_XDECREF(foreign);
+                        return NULL;
+                    }
+                    progressed = 1;
+                    deadline = now_s() + timeout;
+                    continue;
+                }
             }
             if (k >= 0) {
                 flight_t *fl = &self->flights[k];

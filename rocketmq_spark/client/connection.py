@@ -253,7 +253,7 @@ class Connection:
                 cmd.ext_fields = {}
             if self.credentials is not None:
                 self.credentials.sign(cmd.ext_fields, cmd.body)
-            frames.append(encode_frame(cmd, self.serialize_type))
+            frames.append(encode_frame(cmd, self._serialization(cmd)))
             futures.append(None if oneway else ResponseFuture(cmd.opaque,
                                                               code_name(cmd.code, False)))
         if not oneway:
@@ -517,6 +517,14 @@ class Connection:
         tls = isinstance(self._transport, _TlsTransport)
         return ProtocolError(foreign_protocol_message(self.address, protocol, tls))
 
+    def _serialization(self, cmd: RemotingCommand) -> int:
+        """The connection's header format, or JSON for a code or version that does not fit the
+        ROCKETMQ header's 16-bit fields (the 5.x POP family, 200050...)."""
+        if self.serialize_type == SerializeType.ROCKETMQ and not (
+                -0x8000 <= cmd.code <= 0x7FFF and -0x8000 <= cmd.version <= 0x7FFF):
+            return SerializeType.JSON
+        return self.serialize_type
+
     def _serve_peer_request(self, cmd: RemotingCommand) -> None:
         response = None
         if self._request_handler is not None:
@@ -533,6 +541,6 @@ class Connection:
         response.opaque = cmd.opaque
         try:
             with self._send_lock:
-                self._transport.send(encode_frame(response, self.serialize_type))
+                self._transport.send(encode_frame(response, self._serialization(response)))
         except (OSError, ssl.SSLError) as exc:
             self._fail(f"send failed: {exc}")

@@ -1,4 +1,9 @@
-"""Connections by address: open on first use, reopen after a failure, close idle ones."""
+"""Connections by address: open on first use, reopen after a failure, close idle ones.
+
+Requests go out with ROCKETMQ binary headers: every 4.x and 5.x server decodes them, a 4.x
+broker answers in the request's format (cheaper to read than JSON; 5.x servers answer in JSON
+whatever the request used), and responses are decoded per frame in either format.
+"""
 from __future__ import annotations
 
 import threading
@@ -7,6 +12,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Type
 from .config import ClientConfig
 from .connection import Connection, RequestHandler, ResponseFuture
 from .errors import BrokerUnavailable, ClientClosed, RemotingConnectionError
+from .protocol.codes import SerializeType
 from .protocol.frame import RemotingCommand
 
 
@@ -14,8 +20,10 @@ class RemotingClient:
     """A cache of :class:`Connection` objects, one per address, shared by many callers."""
 
     def __init__(self, config: Optional[ClientConfig] = None,
-                 request_handler: Optional[RequestHandler] = None):
+                 request_handler: Optional[RequestHandler] = None,
+                 serialize_type: int = SerializeType.ROCKETMQ):
         self.config = config or ClientConfig()
+        self.serialize_type = serialize_type
         self._request_handler = request_handler
         self._connections: Dict[str, Connection] = {}
         self._locks: Dict[str, threading.Lock] = {}
@@ -37,7 +45,8 @@ class RemotingClient:
             if conn is None or not conn.poll():
                 conn = Connection(address, connect_timeout=self.config.connect_timeout,
                                   tls=self.config.tls, credentials=self.config.credentials,
-                                  request_handler=self._request_handler, unavailable=unavailable)
+                                  request_handler=self._request_handler, unavailable=unavailable,
+                                  serialize_type=self.serialize_type)
                 self._connections[address] = conn
             return conn
 
