@@ -5,11 +5,47 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional
 
 from rocketmq_spark.client import Message, MessageQueue, Producer
+from rocketmq_spark.client.admin import Admin
 
 TOPIC_QUEUES = 6  # per broker: 2 brokers x 6 queues
+
+SINK_SCHEMA = "topic string, brokerName string, queueId int, queueOffset long, keys string"
+GROUP_OPTIONS = {"membership": "group", "startingOffsets": "earliest"}
+
+
+def member_query(spark, namesrv: str, topic: str, group: str, name: str, work: Path, **extra):
+    reader = (spark.readStream.format("rocketmq").option("nameServer", namesrv)
+              .option("subscribe", topic).option("consumerGroup", group)
+              .option("memberName", name))
+    for key, value in {**GROUP_OPTIONS, **extra}.items():
+        reader = reader.option(key, str(value))
+    query = (reader.load().select("topic", "brokerName", "queueId", "queueOffset", "keys")
+             .writeStream.format("parquet").option("path", str(work / f"{name}-out"))
+             .option("checkpointLocation", str(work / f"{name}-cp"))
+             .trigger(processingTime="0 seconds").start())
+    # Spark's Python source runners of one session share a map that two queries initialising
+    # at the same instant can corrupt: start members one at a time.
+    wait_until(lambda: not query.isActive or not query.status["message"].startswith(
+        "Initializing"), 120, f"{name} to initialise")
+    assert query.exception() is None, query.exception()
+    return query
+
+
+def queues_of(cluster, topic: str):
+    with Admin(cluster.namesrv_addr) as admin:
+        return admin.queues(topic, refresh=True)
+
+
+def sink_rows(spark, work: Path, name: str):
+    path = work / f"{name}-out"
+    if not (path / "_spark_metadata").exists():
+        return []
+    # The schema is given: a sink with only empty batches so far has no file to infer it from.
+    return spark.read.schema(SINK_SCHEMA).parquet(str(path)).collect()
 
 
 class Feeder:

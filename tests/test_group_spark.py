@@ -17,47 +17,11 @@ from pathlib import Path
 import pytest
 
 from group_helpers import (
-    TOPIC_QUEUES, Feeder, LockHolder, duplicates, lock_holders, members, queues_read, shares,
-    wait_until,
+    TOPIC_QUEUES, Feeder, LockHolder, duplicates, lock_holders, member_query, members,
+    queues_of, queues_read, shares, sink_rows, wait_until,
 )
-from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.source.allocation import allocate_all
 from source_helpers import committed, max_offsets
-
-SINK_SCHEMA = "topic string, brokerName string, queueId int, queueOffset long, keys string"
-GROUP_OPTIONS = {"membership": "group", "startingOffsets": "earliest"}
-
-
-def member_query(spark, namesrv: str, topic: str, group: str, name: str, work: Path, **extra):
-    reader = (spark.readStream.format("rocketmq").option("nameServer", namesrv)
-              .option("subscribe", topic).option("consumerGroup", group)
-              .option("memberName", name))
-    for key, value in {**GROUP_OPTIONS, **extra}.items():
-        reader = reader.option(key, str(value))
-    query = (reader.load().select("topic", "brokerName", "queueId", "queueOffset", "keys")
-             .writeStream.format("parquet").option("path", str(work / f"{name}-out"))
-             .option("checkpointLocation", str(work / f"{name}-cp"))
-             .trigger(processingTime="0 seconds").start())
-    # Spark's Python source runners of one session share a map that two queries initialising
-    # at the same instant can corrupt: start members one at a time.
-    wait_until(lambda: not query.isActive or not query.status["message"].startswith(
-        "Initializing"), 120, f"{name} to initialise")
-    assert query.exception() is None, query.exception()
-    return query
-
-
-def queues_of(cluster, topic: str):
-    with Admin(cluster.namesrv_addr) as admin:
-        return admin.queues(topic, refresh=True)
-
-
-def sink_rows(spark, work: Path, name: str):
-    path = work / f"{name}-out"
-    if not (path / "_spark_metadata").exists():
-        return []
-    # The schema is given: a sink with only empty batches so far has no file to infer it from.
-    return spark.read.schema(SINK_SCHEMA).parquet(str(path)).collect()
-
 
 def union_keys(spark, work: Path, names):
     return [int(r["keys"]) for n in names for r in sink_rows(spark, work, n)]
