@@ -13,6 +13,7 @@ from typing import Dict, Iterable, Optional
 
 import pyarrow as pa
 
+from ..client.errors import RocketMQError
 from ..client.pipeline import Outgoing, SendPipeline
 from .ids import TaskIdentity, message_id
 from .options import SinkOptions
@@ -22,6 +23,10 @@ from .schema import ColumnPlan
 from .transport import Transport, open_transport
 
 log = logging.getLogger(__name__)
+
+
+class SinkWriteError(RuntimeError):
+    """A task could not get its messages acknowledged; names the task and the cause."""
 
 
 @dataclass
@@ -69,6 +74,11 @@ def write_task(batches: Iterable[pa.RecordBatch], plan: ColumnPlan, options: Sin
                                          row + int(index[0])))
             row += batch.num_rows
         stats = pipeline.flush()
+    except RocketMQError as exc:
+        raise SinkWriteError(
+            f"the rocketmq sink's task ({identity.describe()}) failed: {exc}. Messages "
+            "acknowledged before this stay sent (at least once); Spark runs the task again "
+            "and resends them with the same message ids") from exc
     finally:
         transport.close()
     summary = TaskSummary(identity.partition, row, stats.requests, stats.bytes, stats.retries,
