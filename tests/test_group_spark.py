@@ -183,3 +183,46 @@ def test_mixed_group_with_cpp_push_consumers_agrees_on_the_queues(spark, embedde
     assert duplicates(all_keys) == {} and sorted(all_keys) == list(range(n))
     for member, keys in read_by.items():
         assert {feeder.queue_of[k] for k in keys} == set(expected[member]), member
+
+
+@pytest.mark.timeout(240)
+def test_available_now_drains_its_share_and_leaves(spark, embedded_cluster, topic, tmp_path):
+    """A Trigger.AvailableNow member reads the queues allocated to it at its start, up to
+    their ends at that moment, commits them for the group and leaves at once."""
+    from test_group_member import make_member
+
+    cluster, group = embedded_cluster, "drain-group"
+    other = make_member(cluster.namesrv_addr, group, topic, "other").start()
+    try:
+        other.settle({})  # holds its share (it never reads: no Spark behind it)
+        feeder = Feeder(cluster.namesrv_addr, topic, 1200, rate=100_000, chunk=20).start()
+        feeder.join()
+        reader = (spark.readStream.format("rocketmq").option("nameServer", cluster.namesrv_addr)
+                  .option("subscribe", topic).option("consumerGroup", group)
+                  .option("membership", "group").option("memberName", "drain")
+                  .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", 200)
+                  .load())
+        query = (reader.select("topic", "brokerName", "queueId", "queueOffset", "keys")
+                 .writeStream.format("parquet").option("path", str(tmp_path / "drain-out"))
+                 .option("checkpointLocation", str(tmp_path / "drain-cp"))
+                 .trigger(availableNow=True).start())
+        seen = set()
+        deadline = time.monotonic() + 180
+        while query.isActive and time.monotonic() < deadline:
+            seen |= set(cluster.consumer_clients(group))
+            time.sleep(0.02)
+        assert not query.isActive and query.exception() is None
+        (mine,) = seen - {other.client_id}
+        assert "@spark-drain-" in mine
+        share = allocate_all("averagely", queues_of(cluster, topic), [other.client_id, mine])
+        rows = sink_rows(spark, tmp_path, "drain")
+        expected = sorted(k for k, mq in feeder.queue_of.items() if mq in share[mine])
+        assert sorted(int(r["keys"]) for r in rows) == expected and len(expected) == 600
+        assert len([p for p in query.recentProgress if p["numInputRows"]]) >= 3  # 200 a batch
+        # It left on its own: the other member is alone again and was told so.
+        assert cluster.consumer_clients(group) == [other.client_id]
+        wait_until(lambda: len(other.wanted) == 12, 10, "the other member to take over")
+        got = committed(cluster.namesrv_addr, topic, group)
+        assert all(got[mq.key] == 100 for mq in share[mine])
+    finally:
+        other.leave()
