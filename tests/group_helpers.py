@@ -60,12 +60,17 @@ class Feeder:
         self.queue_of: Dict[int, MessageQueue] = {}
         self.error: Optional[BaseException] = None
         self._holds: Dict[int, threading.Event] = {}
+        self._finish = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def hold_at(self, k: int) -> threading.Event:
         """Stop before sending message ``k`` (a chunk boundary) until the event is set."""
         assert k % self.chunk == 0, "hold at a chunk boundary"
         return self._holds.setdefault(k, threading.Event())
+
+    def finish(self) -> None:
+        """Send no more chunks: ``n`` becomes what was sent (wait with :meth:`join`)."""
+        self._finish.set()
 
     def start(self) -> "Feeder":
         self._thread.start()
@@ -77,6 +82,9 @@ class Feeder:
                 queues = producer.queues(self.topic, refresh=True)
                 next_at = time.monotonic()
                 for i, first in enumerate(range(0, self.n, self.chunk)):
+                    if self._finish.is_set():
+                        self.n = first
+                        break
                     if first in self._holds:
                         self._holds[first].wait(600)
                         next_at = time.monotonic()

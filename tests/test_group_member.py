@@ -31,7 +31,7 @@ def make_member(namesrv: str, group: str, topic: str, name: str, **kw) -> GroupM
     remoting = RemotingClient(ClientConfig(client_id=member_client_id(name)),
                               request_handler=lambda c, cmd: holder[0].on_request(c, cmd))
     member = GroupMember(Admin(namesrv, remoting=remoting), group, lambda: [topic],
-                         lambda queues: {mq: 0 for mq in queues}, **kw)
+                         lambda queues, first: {mq: 0 for mq in queues}, **kw)
     holder.append(member)
     return member
 
@@ -198,3 +198,43 @@ time.sleep(600)
     assert cluster.consumer_clients(group) == []
     with Admin(cluster.namesrv_addr) as admin:
         assert set(admin.offsets("committed", queues, group=group).values()) == {11}
+
+
+def aged(cluster, queues) -> None:
+    """Messages whose head retention removed: a 4.9.x broker then answers QUERY_NOT_FOUND for
+    a group with no offset (for a queue whose first message is still in memory it answers 0,
+    and RocketMQ's own consumers start there too)."""
+    for mq in queues:
+        cluster.append(mq.topic, mq.broker_name, mq.queue_id, [b"x"] * 5)
+        cluster.truncate(mq.topic, mq.broker_name, mq.queue_id, 2)
+
+
+def test_queues_added_to_the_topic_join_at_their_first_message(cluster):
+    """``startingOffsets`` applies to the query's first batch only: a queue the topic gains
+    later is allocated at the next rebalance, seconds after its first messages, so it joins at
+    its first message (as queues new to a stream do), never at "latest"."""
+    aged(cluster, queues_of(cluster))
+    calls = []
+    holder = []
+    remoting = RemotingClient(ClientConfig(client_id=member_client_id("grow")),
+                              request_handler=lambda c, cmd: holder[0].on_request(c, cmd))
+
+    def entry(queues, first):
+        calls.append((sorted(q.key for q in queues), first))
+        return {mq: 1000 if first else 0 for mq in queues}  # 1000 plays "latest"
+
+    member = GroupMember(Admin(cluster.namesrv_addr, remoting=remoting), "grow",
+                         lambda: ["MemberT"], entry)
+    holder.append(member)
+    try:
+        member.start()
+        first = member.settle({}, first=True).entering
+        assert set(first.values()) == {1000} and calls[-1][1] is True
+        cluster.add_queues("MemberT", 7)
+        aged(cluster, [mq for mq in queues_of(cluster) if mq.queue_id == 6])
+        member.rebalance()  # the next round (every rebalanceIntervalMs)
+        grown = member.settle(first).entering
+        assert sorted(mq.queue_id for mq in grown) == [6, 6] and set(grown.values()) == {0}
+        assert calls[-1][1] is False
+    finally:
+        member.leave()

@@ -90,11 +90,12 @@ class Settlement:
 class GroupMember:
     """The driver side of one query in a consumer group. Thread-safe; see the module doc.
 
-    ``topics`` lists the subscribed topics; ``entry`` resolves ``startingOffsets`` for queues
-    that join with no committed offset in the group."""
+    ``topics`` lists the subscribed topics; ``entry(queues, first)`` says where queues with no
+    committed offset in the group start: by ``startingOffsets`` in the query's first batch
+    (``first``), at their first message later (a queue added to the topic meanwhile)."""
 
     def __init__(self, admin: Admin, group: str, topics: Callable[[], List[str]],
-                 entry: Callable[[List[MessageQueue]], Dict[MessageQueue, int]], *,
+                 entry: Callable[[List[MessageQueue], bool], Dict[MessageQueue, int]], *,
                  strategy: str = "averagely", virtual_nodes: int = 10,
                  rooms: Iterable[str] = (), lock_queues: bool = False,
                  expression: str = "*", interval: float = 20.0):
@@ -363,12 +364,14 @@ class GroupMember:
     # ------------------------------------------------------------------ planning (Spark's thread)
 
     def settle(self, start: Dict[MessageQueue, int],
-               allowed: Optional[Set[MessageQueue]] = None) -> Settlement:
+               allowed: Optional[Set[MessageQueue]] = None, first: bool = False
+               ) -> Settlement:
         """Apply the latest allocation at a batch boundary: ``start`` is where every planned
         batch has ended (Spark calls ``latestOffset(start)`` only once the batch ending there
         is complete). Commits ``start`` for the queues held; hands over the queues that left
         (commit, unlock); returns the queues kept and those that join. ``allowed`` limits
-        joins (Trigger.AvailableNow reads only the queues allocated at its start)."""
+        joins (Trigger.AvailableNow reads only the queues allocated at its start); ``first``:
+        this plans the query's first batch (``startingOffsets`` applies)."""
         if self._left:
             return Settlement()
         now = time.monotonic()
@@ -402,7 +405,7 @@ class GroupMember:
                             mq.key, committed[mq])
             fresh = [mq for mq in joining if mq not in failed and committed.get(mq) is None]
             try:
-                entries = self._entry(fresh) if fresh else {}
+                entries = self._entry(fresh, first) if fresh else {}
             except RocketMQError as exc:
                 log.warning("cannot resolve where %d joining queue(s) start (%s); they join "
                             "later", len(fresh), exc)

@@ -88,11 +88,12 @@ class _Driver:
         self.heartbeat_at = 0.0
         self.last_start: Optional[dict] = None
 
-    def _entry(self, queues: List[MessageQueue]) -> Dict[MessageQueue, int]:
-        """Where queues that join with no offset in the group start: ``startingOffsets``.
-        A per-queue JSON start gives the queues it names; the others start at their first
-        message, as queues new to a stream do."""
-        bound = self.options.starting
+    def _entry(self, queues: List[MessageQueue], first: bool) -> Dict[MessageQueue, int]:
+        """Where queues that join with no offset in the group start: ``startingOffsets`` in
+        the query's first batch (a per-queue JSON start gives the queues it names), else at
+        their first message, as queues new to a stream do (a queue added to the topic is
+        allocated at the next rebalance, seconds after its first messages)."""
+        bound = self.options.starting if first else Bound("earliest")
         if bound.kind in ("offsets", "timestamps"):
             named = [mq for mq in queues if mq in bound.per_queue]
             out = self.offsets.resolve(Bound(bound.kind, {mq: bound.per_queue[mq]
@@ -219,7 +220,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if member.left:
             return start  # an AvailableNow run that finished: nothing more to plan
         current = from_offset(start)
-        settled = member.settle(current, driver.allowed)
+        settled = member.settle(current, driver.allowed, first=start == UNRESOLVED)
         owned = set(settled.kept) | set(settled.entering)
         discovery = driver.offsets.discover()
         routed = [mq for mq in discovery.queues if mq in owned]
