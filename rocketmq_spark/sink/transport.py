@@ -134,8 +134,8 @@ class RemotingTransport(Transport):
         if rows.sharding_key is not None:
             pieces.append(property_piece(P.SHARDING_KEY, rows.sharding_key))
         if rows.delay is not None and rows.delay.any():
-            delay = pa.array(np.where(rows.delay > 0, rows.delay, 0)).cast(pa.large_string())
-            delay = pc.if_else(pa.array(rows.delay > 0), delay,
+            delay = pc.if_else(pa.array(rows.delay > 0),
+                               pa.array(rows.delay).cast(pa.large_string()),
                                pa.scalar(None, pa.large_string()))
             pieces.append(property_piece(P.DELAY, delay))
         pieces.append(property_piece(P.UNIQ_KEY, rows.ids))
@@ -177,8 +177,7 @@ def shared_producer(options: SinkOptions) -> Producer:
     settings = options.connection()
     return pool.shared(("sink-producer",) + settings.pool_key(),
                        lambda: Producer(list(options.name_servers),
-                                        config=settings.client_config(),
-                                        max_message_size=options.max_message_bytes))
+                                        config=settings.client_config()))
 
 
 # ------------------------------------------------------------------------------- gRPC
