@@ -14,12 +14,14 @@ Spark driver's) rebalances. Timed, medians of ``--runs`` (30):
 * reference in the same run: one bulk GET_MAX_OFFSET lookup of the member's share (what every
   planned batch costs anyway).
 
-Part ``handover`` (Spark, ``local[2]``): two members in one session (``lockQueues``) read a
-topic of 2 x 6 queues while messages flow; one member is stopped cleanly ``--stops`` times (and
-started again). Reported: seconds from ``query.stop()`` until the other member holds every lock,
-and the messages read twice over all stops (the clean-stop window: a stop that lands after a
-batch's sink commit and before Spark's next trigger). The kill figures come from the slow test
-``tests/test_group_faults.py`` (it prints them).
+Part ``handover`` (Spark, ``local[2]``): one member (``stay``) reads a topic of 2 x 6 queues
+while messages flow at ``--rate``; ``--stops`` times a second member joins (6 queues each),
+both read for ``--hold`` seconds, and the second member stops cleanly. Reported per cycle:
+seconds from ``query.stop()`` until the survivor holds every lock (``lockQueues``; with
+``--plain``, until the broker lists one member), and the messages both members read (with
+``lockQueues`` only the clean-stop window can cause them: a stop that lands after a batch's
+sink commit and before Spark's next trigger; ``--plain`` adds the join window). The kill figures
+come from the slow test ``tests/test_group_faults.py`` (it prints them).
 
 Run: ``.venv/bin/python ci/bench_rebalance.py [--part cost|handover|all] [--json out.json]``.
 """
@@ -107,6 +109,9 @@ def cost(args) -> dict:
 
 
 def handover(args) -> dict:
+    """Members join and stop cleanly while messages flow; with ``--plain`` without
+    ``lockQueues`` (then a join can also read messages twice: the previous owner reads on
+    until its running batch ends)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -118,28 +123,32 @@ def handover(args) -> dict:
              .config("spark.driver.memory", "2g").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     work = Path(tempfile.mkdtemp(prefix="bench-rebalance-"))
-    out: dict = {"stops": args.stops}
+    locks = not args.plain
+    options = {"lockQueues": str(locks).lower()}
+    out: dict = {"lockQueues": locks}
     with EmbeddedCluster(brokers=2) as cluster:
         topic, group = "HandoverBench", "bench-handover"
         cluster.create_topic(topic, queues=6)
         n = args.messages
         feeder = Feeder(cluster.namesrv_addr, topic, n, rate=args.rate, chunk=20)
-        stay = member_query(spark, cluster.namesrv_addr, topic, group, "stay", work,
-                            lockQueues="true")
-        wait_until(lambda: len(lock_holders(cluster, group)) == 12, 60, "the first member")
+
+        def split(sizes):
+            if locks:
+                return sorted(shares(lock_holders(cluster, group)).values()) == sizes
+            return len(cluster.consumer_clients(group)) == len(sizes)
+
+        member_query(spark, cluster.namesrv_addr, topic, group, "stay", work, **options)
+        wait_until(lambda: split([12]), 60, "the first member")
         feeder.start()
         times = []
         for i in range(args.stops):
-            name = f"go{i}"
-            q = member_query(spark, cluster.namesrv_addr, topic, group, name, work,
-                             lockQueues="true")
-            wait_until(lambda: sorted(shares(lock_holders(cluster, group)).values()) == [6, 6],
-                       60, "6 queues each")
+            q = member_query(spark, cluster.namesrv_addr, topic, group, f"go{i}", work,
+                             **options)
+            wait_until(lambda: split([6, 6]), 60, "6 queues each")
             time.sleep(args.hold)  # both read for a while
             t0 = time.monotonic()
             q.stop()
-            wait_until(lambda: list(shares(lock_holders(cluster, group)).values()) == [12], 120,
-                       "the stopped member's queues to move")
+            wait_until(lambda: split([12]), 120, "the stopped member's queues to move")
             times.append(time.monotonic() - t0)
             if feeder.sent >= n:
                 break
@@ -149,16 +158,20 @@ def handover(args) -> dict:
         names = ["stay"] + [f"go{i}" for i in range(len(times))]
         wait_until(lambda: sum(len(sink_rows(spark, work, m)) for m in names) >= n, 300,
                    "every message")
-        keys = [int(r["keys"]) for m in names for r in sink_rows(spark, work, m)]
-        stay_query = [q for q in spark.streams.active]
-        for q in stay_query:
+        by_member = {m: [int(r["keys"]) for r in sink_rows(spark, work, m)] for m in names}
+        for q in spark.streams.active:
             q.stop()
+    keys = [k for m in names for k in by_member[m]]
     assert set(keys) == set(range(n)), "a message was lost"
-    dups = duplicates(keys)
-    out.update(stops=len(times), clean_stop_handover_s={
-        "median": round(statistics.median(times), 3), "max": round(max(times), 3)},
-        read_twice=len(dups), read_twice_per_stop=round(len(dups) / len(times), 1),
-        messages=n)
+    stay_keys = set(by_member["stay"])
+    out.update(
+        messages=n, cycles=len(times), read_twice=len(duplicates(keys)),
+        read_twice_by_cycle=[len(stay_keys & set(by_member[m])) for m in names[1:]],
+        # with locks: until the other member holds every lock; plain: until the broker
+        # lists one member (the queues move at the survivor's next batch boundary)
+        clean_stop_handover_s={"median": round(statistics.median(times), 3),
+                               "max": round(max(times), 3),
+                               "each": [round(t, 3) for t in times]})
     spark.stop()
     return out
 
@@ -169,7 +182,8 @@ def main() -> None:
     p.add_argument("--queues", type=int, default=1000)
     p.add_argument("--members", type=int, default=100)
     p.add_argument("--runs", type=int, default=30)
-    p.add_argument("--stops", type=int, default=8)
+    p.add_argument("--stops", type=int, default=8, help="join-and-stop cycles")
+    p.add_argument("--plain", action="store_true", help="members without lockQueues")
     p.add_argument("--hold", type=float, default=2.0, help="seconds both members read")
     p.add_argument("--messages", type=int, default=1_000_000, help="at most")
     p.add_argument("--rate", type=float, default=1000.0)

@@ -168,18 +168,24 @@ def test_a_member_whose_lock_is_taken_stops_reading_that_queue(cluster):
 
 
 def test_sigterm_leaves_the_group_commits_and_unlocks(cluster, tmp_path):
+    """SIGTERM (how Spark ends the runner) while the main thread is inside a request on the
+    member's own connection (here a pull the broker holds for 30 s): the member still commits,
+    unlocks and unregisters at once, then dies of the signal."""
     group = "sigterm"
     script = tmp_path / "member.py"
     script.write_text(f"""
 import sys, json, time
 sys.path.insert(0, {str(HERE)!r})
 from test_group_member import make_member
+from rocketmq_spark.client.pull import PullRequest
 m = make_member({cluster.namesrv_addr!r}, {group!r}, "MemberT", "term", lock_queues=True)
 m.start()
 entered = m.settle({{}}).entering
 m.settle({{mq: 11 for mq in entered}})  # a batch ended at 11 everywhere
 print(json.dumps({{"id": m.client_id, "held": len(m.held)}}), flush=True)
-time.sleep(600)
+mq = sorted(entered)[0]
+m.admin.brokers.pull(m.addresses[mq.broker_name], PullRequest(
+    {group!r}, mq.topic, mq.queue_id, 0, mq.broker_name, suspend_timeout_ms=30000))
 """)
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
                             cwd=str(HERE))
@@ -189,8 +195,12 @@ time.sleep(600)
         assert len(lock_holders(cluster, group)) == 12
         assert ready["id"] in cluster.consumer_clients(group)
         queues = queues_of(cluster)
+        wait_until(lambda: sum(cluster._call(lambda b=b: len(b.long_poll))
+                               for b in cluster._brokers), 10, "the pull to be parked")
+        t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == -signal.SIGTERM  # then it dies of the signal, as before
+        assert time.monotonic() - t0 < 3
     finally:
         proc.kill()
     # Locks outlive connections on a RocketMQ broker: only an unlock frees them this soon.

@@ -171,19 +171,29 @@ class GroupMember:
         self._wake.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(LEAVE_TIMEOUT_SECONDS / 2)  # no lock may be taken after the unlock
+            thread.join(1.0)  # no lock may be taken after the unlock
         with self._lock:
             completed = {mq: p for mq, p in self._completed.items() if mq in self.held}
             locked = set(self.lock_ok) | (self.held if self.lock_queues else set())
             addresses = sorted(set(self.addresses.values()))
-        if completed:
-            self._commit(completed)
-        if self.lock_queues and locked:
-            self._unlock(locked)
+        # Commit and unlock on connections of their own: a SIGTERM may have interrupted the
+        # main thread while it was reading one of ours, and nothing reads it meanwhile.
+        if completed or (self.lock_queues and locked):
+            try:
+                with Admin(self.admin.names.addresses, config=self.admin.remoting.config,
+                           route_ttl=3600) as fresh:
+                    if completed:
+                        self._commit(completed, fresh)
+                    if self.lock_queues and locked:
+                        self._unlock(locked, fresh)
+            except RocketMQError as exc:
+                log.warning("leaving group %s: %s", self.group, exc)
+        # UNREGISTER_CLIENT counts on the connection that heartbeated (the broker keys members
+        # by connection); if it cannot be sent, the connection closing does the same.
         for address in addresses:
             try:
                 self.admin.brokers.unregister_client(address, consumer_group=self.group,
-                                                     timeout=2.0)
+                                                     timeout=1.0)
             except RocketMQError as exc:
                 log.info("unregister from %s failed: %s", address, exc)
         log.info("left consumer group %s as %s (%s); %d queue(s) handed over", self.group,
@@ -438,17 +448,18 @@ class GroupMember:
         if not self._left:
             self._commit({mq: p for mq, p in positions.items() if mq in self.held})
 
-    def _commit(self, positions: Dict[MessageQueue, int]) -> None:
+    def _commit(self, positions: Dict[MessageQueue, int], admin: Optional[Admin] = None
+                ) -> None:
         todo = {mq: p for mq, p in positions.items() if self._committed.get(mq) != p}
         if not todo:
             return
-        failed = self.admin.commit_offsets(self.group, todo)
+        failed = (admin or self.admin).commit_offsets(self.group, todo, timeout=3.0)
         for mq, error in sorted(failed.items())[:3]:
             log.warning("could not commit the offset of %s for group %s: %s", mq.key,
                         self.group, error)
         self._committed.update((mq, p) for mq, p in todo.items() if mq not in failed)
 
-    def _unlock(self, queues: Set[MessageQueue]) -> None:
+    def _unlock(self, queues: Set[MessageQueue], admin: Optional[Admin] = None) -> None:
         by_broker: Dict[str, List[MessageQueue]] = {}
         for mq in queues:
             address = self.addresses.get(mq.broker_name)
@@ -456,7 +467,8 @@ class GroupMember:
                 by_broker.setdefault(address, []).append(mq)
         for address, qs in sorted(by_broker.items()):
             try:
-                self.admin.brokers.unlock_batch_mq(address, self.group, qs, timeout=2.0)
+                (admin or self.admin).brokers.unlock_batch_mq(address, self.group, qs,
+                                                              timeout=2.0)
             except RocketMQError as exc:
                 log.warning("cannot unlock %d queue(s) on %s (they expire on their own): %s",
                             len(qs), address, exc)
