@@ -2,6 +2,7 @@
 brokers know of a group (members, lock holders), and exactly-once checks over several sinks."""
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import Counter, defaultdict
@@ -195,3 +196,16 @@ class LockHolder:
         self._stop.set()
         self._thread.join(5)
         self.admin.close()
+
+
+_MQ_KEY = re.compile(r'\{\s*"brokerName"\s*:\s*"([^"]*)"\s*,\s*"queueId"\s*:\s*(\d+)\s*,\s*'
+                     r'"topic"\s*:\s*"([^"]*)"\s*\}\s*:')
+
+
+def running_queues(cluster, group: str, client_id: str, topic: str) -> List[MessageQueue]:
+    """The queues of ``topic`` a member reports reading (the keys of its ConsumerRunningInfo's
+    ``mqTable``, as ``mqadmin consumerProgress`` reads them), asked through a broker."""
+    with Admin(cluster.namesrv_addr) as admin:
+        body = admin.brokers.get_consumer_running_info(cluster.broker("broker-a").addr, group,
+                                                       client_id).decode("utf-8", "replace")
+    return sorted(MessageQueue(t, b, int(q)) for b, q, t in _MQ_KEY.findall(body) if t == topic)

@@ -5,6 +5,7 @@ broker locks, and leave (commit, unlock, unregister) on SIGTERM."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -248,3 +249,31 @@ def test_queues_added_to_the_topic_join_at_their_first_message(cluster):
         assert calls[-1][1] is False
     finally:
         member.leave()
+
+
+def test_consumer_progress_sees_each_members_queues_through_the_broker(cluster):
+    """What ``mqadmin consumerProgress`` does per member: GET_CONSUMER_RUNNING_INFO to a
+    broker, which asks the member on its own connection and passes the answer back."""
+    group = "progress"
+    a = make_member(cluster.namesrv_addr, group, "MemberT", "a", lock_queues=True).start()
+    b = make_member(cluster.namesrv_addr, group, "MemberT", "b", lock_queues=True).start()
+    admin = Admin(cluster.namesrv_addr)
+    try:
+        wait_until(lambda: len(a.wanted) == 6 and len(b.lock_ok) == 6, 10, "6 queues each")
+        for m in (a, b):
+            m.settle({})
+        address = cluster.broker("broker-b").addr
+        for m in (a, b):
+            body = admin.brokers.get_consumer_running_info(address, group, m.client_id)
+            text = body.decode()
+            keys = re.findall(r'\{"brokerName":"([^"]+)","queueId":(\d+),"topic":"([^"]+)"\}:',
+                              text)
+            assert sorted(MessageQueue(t, bn, int(q)) for bn, q, t in keys) == sorted(m.held)
+            assert '"locked":true' in text and f'"clientId":"{m.client_id}"' in text
+            assert '"PROP_CONSUME_TYPE":"CONSUME_ACTIVELY"' in text
+        with pytest.raises(Exception, match="not online"):
+            admin.brokers.get_consumer_running_info(address, group, "10.0.0.9@nobody")
+    finally:
+        a.leave()
+        b.leave()
+        admin.close()

@@ -18,7 +18,7 @@ import pytest
 
 from group_helpers import (
     TOPIC_QUEUES, Feeder, LockHolder, duplicates, lock_holders, member_query, members,
-    queues_of, queues_read, shares, sink_rows, wait_until,
+    queues_of, queues_read, running_queues, shares, sink_rows, wait_until,
 )
 from rocketmq_spark.source.allocation import allocate_all
 from source_helpers import committed, max_offsets
@@ -154,9 +154,12 @@ def test_mixed_group_with_cpp_push_consumers_agrees_on_the_queues(spark, embedde
         expected = allocate_all("averagely", queues_of(cluster, topic), ids)
         wait_until(lambda: sorted(lock_holders(cluster, group)) == sorted(expected[spark_id]),
                    60, "the Spark member to keep only its share")
-        # The C++ client rebalances when the broker's notification reaches it; nothing it
-        # exposes says when that is done, so give it a moment before producing.
-        time.sleep(2.0)
+        # Each C++ member reports the queues it reads (what mqadmin consumerProgress shows):
+        # once they are the shares the Java rules give, the group has settled.
+        for cpp_id in (i for i in ids if i != spark_id):
+            wait_until(lambda: running_queues(cluster, group, cpp_id, topic)
+                       == sorted(expected[cpp_id]), 60, f"{cpp_id} to settle on its share")
+        assert running_queues(cluster, group, spark_id, topic) == sorted(expected[spark_id])
         feeder = Feeder(cluster.namesrv_addr, topic, n, rate=4000).start()
         feeder.join()
         wait_until(lambda: len(sink_rows(spark, tmp_path, "mixed")) >= len(

@@ -240,6 +240,16 @@ class BrokerClient:
             "consumerGroup": group}), "GET_CONSUMER_CONNECTION_LIST", timeout)
         return json_object(r.body, "consumer connection list")
 
+    def get_consumer_running_info(self, address: str, group: str, client_id: str,
+                                  timeout: Optional[float] = None) -> bytes:
+        """GET_CONSUMER_RUNNING_INFO: the broker asks member ``client_id`` of ``group`` and
+        passes its ConsumerRunningInfo on (fastjson text: its ``mqTable`` has queues as object
+        keys, so it is returned as bytes)."""
+        r = self._call(address, _cmd(RequestCode.GET_CONSUMER_RUNNING_INFO, {
+            "consumerGroup": group, "clientId": client_id, "jstackEnable": False}),
+            "GET_CONSUMER_RUNNING_INFO", timeout)
+        return r.body
+
     def lock_batch_mq(self, address: str, group: str, queues: Iterable[MessageQueue],
                       client_id: Optional[str] = None, timeout: Optional[float] = None
                       ) -> List[MessageQueue]:

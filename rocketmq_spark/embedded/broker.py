@@ -79,6 +79,7 @@ class Broker:
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self._consumer_list,
             RequestCode.GET_CONSUME_STATS: self._consume_stats,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: self._consumer_connections,
+            RequestCode.GET_CONSUMER_RUNNING_INFO: self._consumer_running_info,
             RequestCode.LOCK_BATCH_MQ: self._lock_batch,  # orderly consumers
             RequestCode.UNLOCK_BATCH_MQ: self._unlock_batch,
         }
@@ -365,6 +366,37 @@ class Broker:
                            "subscriptionTable": subscriptions},
                           separators=(",", ":")).encode()
         return self._reply(cmd, RC.SUCCESS, None, body=body)
+
+    def _consumer_running_info(self, conn, cmd):
+        """GET_CONSUMER_RUNNING_INFO (``mqadmin consumerProgress`` and ``consumerStatus``):
+        passed on to the member's own connection, its answer passed back as it is
+        (AdminBrokerProcessor.callConsumer)."""
+        f = cmd.fields
+        group, client_id = req_str(f, "consumerGroup"), req_str(f, "clientId")
+        member = self.clients.find_channel(group, client_id)
+        if member is None:
+            return self._reply(cmd, RC.SYSTEM_ERROR, None,
+                               f"The Consumer <{group}> <{client_id}> not online")
+        asked = member.call(RequestCode.GET_CONSUMER_RUNNING_INFO, dict(cmd.ext_fields or {}),
+                            cmd.body)
+
+        def relay(future) -> None:
+            try:
+                answer = future.result()
+            except TimeoutError as exc:
+                conn.send(self._reply(cmd, RC.CONSUME_MSG_TIMEOUT, None,
+                                      f"consumer <{group}> <{client_id}> Timeout: {exc}"))
+                return
+            except Exception as exc:
+                conn.send(self._reply(cmd, RC.SYSTEM_ERROR, None,
+                                      f"invoke consumer <{group}> <{client_id}> Exception: "
+                                      f"{exc}"))
+                return
+            conn.send(self._reply(cmd, answer.code, answer.ext_fields, answer.remark,
+                                  body=answer.body))
+
+        asked.add_done_callback(relay)
+        return None  # answered when the member answers
 
     def _lock_batch(self, conn, cmd):
         """LOCK_BATCH_MQ (RebalanceLockManager.tryLockBatch): grant the queues that are free,

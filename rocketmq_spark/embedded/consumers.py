@@ -193,6 +193,14 @@ class ClientRegistry:
             out.extend(c for c, ch in table.items() if now - ch.last_update > max_idle)
         return list(dict.fromkeys(out))
 
+    def find_channel(self, group: str, client_id: str):
+        """The connection of ``client_id`` in ``group`` (ConsumerManager.findChannel), or None."""
+        info = self.consumers.get(group)
+        for conn, channel in (info.channels.items() if info else ()):
+            if channel.client_id == client_id:
+                return conn
+        return None
+
     def find_subscription(self, group: str, topic: str) -> Optional[Subscription]:
         info = self.consumers.get(group)
         return info.subscriptions.get(topic) if info else None

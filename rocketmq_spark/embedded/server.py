@@ -52,6 +52,7 @@ class ServerConnection(asyncio.Protocol):
         self.closed = False
         self.tls = False
         self._corked: Optional[list] = None  # answers held until the chunk is handled
+        self._calls: Dict[int, asyncio.Future] = {}  # our requests to the client, by opaque
 
     # asyncio callbacks -------------------------------------------------------------
 
@@ -104,6 +105,10 @@ class ServerConnection(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.closed = True
+        calls, self._calls = self._calls, {}
+        for future in calls.values():
+            if not future.done():
+                future.set_exception(ConnectionError(f"{self.peer} closed the connection"))
         self.server._connection_lost(self)
 
     # sending -----------------------------------------------------------------------
@@ -126,6 +131,36 @@ class ServerConnection(asyncio.Protocol):
         self.send(RemotingCommand(code=code, ext_fields=ext_fields, flag=FLAG_ONEWAY,
                                   opaque=next(self.server._opaque), language="JAVA",
                                   version=self.server.version))
+
+    def call(self, code: int, ext_fields: Dict[str, str], body: bytes = b"",
+             timeout: float = 10.0) -> "asyncio.Future":
+        """A server-initiated request that expects an answer (the broker asking a client,
+        e.g. GET_CONSUMER_RUNNING_INFO): a future of the client's response, failed with
+        TimeoutError after ``timeout`` seconds or ConnectionError when the client goes."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        if self.closed:
+            future.set_exception(ConnectionError(f"{self.peer} is closed"))
+            return future
+        opaque = next(self.server._opaque)
+        self._calls[opaque] = future
+
+        def expire() -> None:
+            if self._calls.pop(opaque, None) is not None and not future.done():
+                future.set_exception(TimeoutError(f"no answer from {self.peer} in {timeout} s"))
+
+        handle = loop.call_later(timeout, expire)
+        future.add_done_callback(lambda _: handle.cancel())
+        self.send(RemotingCommand(code=code, ext_fields=ext_fields, body=body, opaque=opaque,
+                                  language="JAVA", version=self.server.version))
+        return future
+
+    def answered(self, cmd: RemotingCommand) -> None:
+        """A response from the client: completes the :meth:`call` it answers (strays are
+        dropped)."""
+        future = self._calls.pop(cmd.opaque, None)
+        if future is not None and not future.done():
+            future.set_result(cmd)
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:
@@ -280,7 +315,8 @@ class RemotingServer:
     def dispatch(self, conn: ServerConnection, cmd: RemotingCommand) -> None:
         """Handle one incoming frame: faults first, then ACL, then the handler."""
         if cmd.is_response:
-            return  # answers to our oneway-only requests never come; ignore strays
+            conn.answered(cmd)  # a client answering one of our calls; strays are dropped
+            return
         rule = self.faults.take(self.name, cmd.code)
         if rule is not None:
             if rule.kind == "delay":

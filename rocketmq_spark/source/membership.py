@@ -26,6 +26,7 @@ drops the member as soon as its connection closes.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -39,8 +40,9 @@ from typing import Callable, Dict, Iterable, List, Optional, Set
 from ..client.admin import Admin
 from ..client.broker import Subscription
 from ..client.errors import RocketMQError, RouteNotFound
-from ..client.protocol.codes import PERM_READ, RequestCode
+from ..client.protocol.codes import PERM_READ, RequestCode, ResponseCode
 from ..client.protocol.frame import RemotingCommand
+from ..client.protocol.properties import java_string_hash, split_tags_expression
 from ..client.protocol.route import MessageQueue
 from .allocation import allocate
 
@@ -135,6 +137,7 @@ class GroupMember:
         self._committed: Dict[MessageQueue, int] = {}
         self._previous_sigterm = None
         self._terminating = False
+        self._started_ms = int(time.time() * 1000)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -266,7 +269,56 @@ class GroupMember:
                 self._notified = True
                 self.notifications += 1
             self._wake.set()
+        elif cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
+            if cmd.fields.get("consumerGroup") != self.group:
+                return cmd.make_response(
+                    ResponseCode.SYSTEM_ERROR, language="PYTHON",
+                    remark=f"The Consumer Group <{cmd.fields.get('consumerGroup')}> not exist "
+                           "in this consumer")
+            return cmd.make_response(ResponseCode.SUCCESS, body=self.running_info(),
+                                     language="PYTHON")
         return None
+
+    def running_info(self) -> bytes:
+        """ConsumerRunningInfo, as a Java consumer answers GET_CONSUMER_RUNNING_INFO (fastjson,
+        queues as object keys): ``mqadmin consumerProgress`` shows each queue of ``mqTable``
+        with this member's address, ``consumerStatus`` the rest."""
+        now_ms = int(time.time() * 1000)
+        with self._lock:
+            held = sorted(self.held)
+            committed = dict(self._committed)
+            locked = {mq: at for mq, at in self.lock_ok.items()}
+            topics = sorted({mq.topic for mq in self.wanted | self.held})
+        mono = time.monotonic()
+        entries = []
+        for mq in held:
+            key = json.dumps({"brokerName": mq.broker_name, "queueId": mq.queue_id,
+                              "topic": mq.topic}, separators=(",", ":"))
+            info = {"cachedMsgCount": 0, "cachedMsgMaxOffset": 0, "cachedMsgMinOffset": 0,
+                    "cachedMsgSizeInMiB": 0, "commitOffset": committed.get(mq, 0),
+                    "droped": False, "lastConsumeTimestamp": 0,
+                    "lastLockTimestamp": (now_ms - int((mono - locked[mq]) * 1000)
+                                          if mq in locked else 0),
+                    "lastPullTimestamp": 0, "locked": mq in locked,
+                    "tryUnlockTimes": 0, "transactionMsgCount": 0,
+                    "transactionMsgMaxOffset": 0, "transactionMsgMinOffset": 0}
+            entries.append(f"{key}:{json.dumps(info, separators=(',', ':'))}")
+        properties = {
+            "PROP_CONSUME_TYPE": "CONSUME_ACTIVELY", "PROP_CONSUMEORDERLY":
+            str(self.lock_queues).lower(), "PROP_CONSUMER_START_TIMESTAMP":
+            str(self._started_ms), "PROP_NAMESERVER_ADDR": ";".join(self.admin.names.addresses),
+            "consumerGroup": self.group, "messageModel": "CLUSTERING",
+            "allocateMessageQueueStrategy": self.strategy, "clientId": self.client_id}
+        tags = split_tags_expression(self.expression)
+        codes = [java_string_hash(t) for t in tags]
+        subscriptions = [{"classFilterMode": False, "codeSet": codes,
+                          "expressionType": "TAG", "subString": self.expression or "*",
+                          "subVersion": 0, "tagsSet": tags, "topic": topic}
+                         for topic in topics]
+        return ('{"mqTable":{' + ",".join(entries) + '},"properties":'
+                + json.dumps(properties, separators=(",", ":")) + ',"statusTable":{},'
+                + '"subscriptionSet":' + json.dumps(subscriptions, separators=(",", ":"))
+                + "}").encode("utf-8")
 
     # ------------------------------------------------------------------ rebalance
 
