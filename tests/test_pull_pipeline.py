@@ -266,3 +266,94 @@ def test_the_readers_pulls_take_the_c_answer(capped):
 
 def test_native_accelerator_has_the_pull_loop():
     assert hasattr(_native, "Puller") and hasattr(_native, "serve_pulls")
+
+
+# ------------------------------------------------------------------ genuine answers
+
+class CapturedBroker:
+    """Answers each pull with the genuine 4.9.8 broker's captured answer to the same pull
+    (queue, offset, subscription), only the opaque changed; PULL_NOT_FOUND otherwise."""
+
+    def __init__(self, capture):
+        import re
+        import socket as _socket
+
+        self.answers = {}
+        for resp in capture.responses_to(RequestCode.PULL_MESSAGE):
+            f = capture.request_of(resp)["header"]["extFields"]
+            key = (int(f["queueId"]), int(f["queueOffset"]), f.get("subscription") or "*")
+            self.answers.setdefault(key, resp)
+        self._opaque = re.compile(rb'"opaque":-?\d+')
+        self.server = _socket.create_server(("127.0.0.1", 0))
+        self.address = "127.0.0.1:%d" % self.server.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        from rocketmq_spark.client.protocol.frame import FrameDecoder
+
+        while True:
+            try:
+                sock, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._connection, args=(sock, FrameDecoder()),
+                             daemon=True).start()
+
+    def _connection(self, sock, decoder):
+        with sock:
+            while True:
+                data = sock.recv(65536)
+                if not data:
+                    return
+                out = []
+                for cmd in decoder.feed(data):
+                    f = cmd.fields
+                    key = (int(f["queueId"]), int(f["queueOffset"]), f.get("subscription") or "*")
+                    record = self.answers.get(key)
+                    if record is None:
+                        out.append(encode_frame(cmd.make_response(19, {
+                            "nextBeginOffset": f["queueOffset"], "minOffset": "0",
+                            "maxOffset": f["queueOffset"], "suggestWhichBrokerId": "0"},
+                            "OFFSET_OVERFLOW_ONE"), SerializeType.JSON))
+                        continue
+                    header = self._opaque.sub(b'"opaque":%d' % cmd.opaque,
+                                              record["header_text"].encode())
+                    body = bytes.fromhex(record["body_hex"])
+                    out.append(struct.pack(">II", 4 + len(header) + len(body), len(header))
+                               + header + body)
+                sock.sendall(b"".join(out))
+
+    def close(self):
+        self.server.close()
+
+
+@pytest.mark.parametrize("subscription", ["*", "TagA"])
+def test_both_loops_read_the_genuine_brokers_answers_alike(capture, subscription):
+    """The capture's pull answers (JSON headers, fastjson's field order, a NO_MATCHED_MESSAGE
+    for the TagA pass) served to the native loop and to the Python loop: the same rows, and
+    exactly the records the genuine broker stored."""
+    from rocketmq_spark.client import BrokerClient, MessageQueue
+    from rocketmq_spark.client.protocol.message import decode_messages
+
+    broker = CapturedBroker(capture)
+    try:
+        with RemotingClient() as remoting:
+            for queue_id in range(4):
+                first = broker.answers[(queue_id, 0, subscription)]
+                end = int(first["header"]["extFields"]["nextBeginOffset"])
+                expected = [(m.queue_offset, m.body) for m in decode_messages(
+                    bytes.fromhex(first["body_hex"]))
+                    if subscription == "*" or m.tags == subscription]
+                got = {}
+                for native in (True, False):
+                    reader = QueueRangeReader(
+                        BrokerClient(remoting), lambda *a: broker.address,
+                        MessageQueue("CapTopic", "broker-a", queue_id), 0, end,
+                        ReadSettings(consumer_group="CapPullGroup", subscription=subscription,
+                                     native=native, pull_timeout=3))
+                    got[native] = [(r["queue_offset"], r["body"]) for b in reader
+                                   for r in b.select(["queue_offset", "body"]).to_pylist()]
+                    assert reader.path == ("native" if native else "python")
+                assert got[True] == got[False] == expected, queue_id
+    finally:
+        broker.close()
