@@ -828,6 +828,7 @@ static PyObject *Puller_run(Puller *self, PyObject *args) {
         ready = poll(&pfd, 1, (int)(left * 1000) + 1);
         Py_END_ALLOW_THREADS
         if (ready < 0 && errno != EINTR) return result(R_ERROR, offset, PyLong_FromLong(errno));
+        if (ready < 0 && PyErr_CheckSignals() < 0) return NULL;  /* e.g. Ctrl-C: raise it now */
         if (ready > 0) {
             int got = recv_some(self, &closed);
             if (got == -2) return NULL;

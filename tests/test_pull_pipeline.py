@@ -357,3 +357,33 @@ def test_both_loops_read_the_genuine_brokers_answers_alike(capture, subscription
                 assert got[True] == got[False] == expected, queue_id
     finally:
         broker.close()
+
+
+def test_a_signal_interrupts_the_native_loop_at_once(capped, capped_admin):
+    """A Python signal handler (Ctrl-C's, here SIGUSR1's) runs while the loop waits for a held
+    pull, not after the pull timeout; the connection is then closed, not left mid-frame."""
+    import os
+    import signal
+
+    class Interrupted(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Interrupted()
+
+    mq = capped_admin.queues("Capped")[0]
+    previous = signal.signal(signal.SIGUSR1, handler)
+    capped.delay_next(40, 4.0, request_codes=[RequestCode.PULL_MESSAGE])
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGUSR1))
+    try:
+        timer.start()
+        started = time.monotonic()
+        with pytest.raises(Interrupted):
+            read(capped_admin, mq, 0, 600, pull_timeout=10)
+        assert time.monotonic() - started < 2
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, previous)
+        capped.clear_faults()
+    rows, _ = read(capped_admin, mq, 0, 600)  # the client recovers on a new connection
+    assert len(rows) == 600
