@@ -12,13 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from rocketmq_spark.client import Message, Producer, ResponseError, RouteNotFound
+from rocketmq_spark.client import (
+    BrokerUnavailable, Message, Producer, ResponseError, RouteNotFound,
+)
 from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.client.pipeline import Outgoing, SendFailed
 from rocketmq_spark.client.producer import EncodedRequest, MessageTooLarge, queue_for_key
 from rocketmq_spark.client.protocol import properties as P
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
 from rocketmq_spark.client.protocol.message import decode_messages
+from rocketmq_spark.client.pull import is_transient
 
 CPP_PEER = Path(__file__).resolve().parent / "cpp_peer.py"
 
@@ -263,3 +266,22 @@ def test_the_cpp_client_reads_a_delayed_message_with_its_properties(embedded_clu
     got = json.loads(out.stdout.strip().splitlines()[-1])["messages"]
     assert [(m["body"], m["keys"], m["properties"]) for m in got] == [
         ("delayed", "k", {"DELAY": "1", "REAL_TOPIC": topic, "REAL_QID": "0"})]
+
+
+def test_a_queue_whose_broker_left_the_route_is_a_broker_failure(embedded_cluster, unique_name):
+    """A queue chosen before its broker stopped, sent after the route was refreshed without
+    it: a transient broker failure (the pipeline sends elsewhere), not a refused topic."""
+    topic = unique_name("Gone")
+    embedded_cluster.create_topic(topic, 2)
+    with Producer(embedded_cluster.namesrv_addr) as producer:
+        stale = [q for q in producer.queues(topic) if q.broker_name == "broker-b"][0]
+        embedded_cluster.broker("broker-b").stop()
+        producer.queues(topic, refresh=True)
+        item = Outgoing(topic, producer.encode_batch(messages(topic, 5)), 5)
+        with pytest.raises(BrokerUnavailable) as info:
+            producer.start(item, stale)
+        assert is_transient(info.value) and "broker-b" in str(info.value)
+        pipeline = producer.pipeline()
+        pipeline._start(item, stale, 1, time.monotonic(), time.monotonic() + 5, [])
+        assert pipeline.flush().by_broker == {"broker-a": 5}
+    embedded_cluster.broker("broker-b").start()

@@ -69,7 +69,7 @@ def rich_rows(spark, n: int, partitions: int = 4):
 
 @has_cpp
 @pytest.mark.cpp
-@pytest.mark.parametrize("n", [20_000, pytest.param(100_000, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("n", [10_000, pytest.param(100_000, marks=pytest.mark.slow)])
 def test_round_trip_read_back_by_the_cpp_pull_consumer(spark, cluster, unique_name, n):
     topic = unique_name("SinkRoundTrip")
     cluster.create_topic(topic, queues=4)
@@ -178,7 +178,7 @@ def test_a_broker_stopping_mid_write_loses_no_row(spark, embedded_cluster, uniqu
     cluster = embedded_cluster
     topic = unique_name("SinkBrokerStop")
     cluster.create_topic(topic, queues=4)
-    n = 150_000
+    n = 100_000
     df = spark.range(n, numPartitions=2).selectExpr("CAST(id AS STRING) AS body",
                                                     "CAST(id AS STRING) AS keys")
 

@@ -148,13 +148,13 @@ def test_after_a_driver_sigkill_resent_messages_keep_their_ids(spark, embedded_c
     source, sink = unique_name("KillIn"), unique_name("KillOut")
     cluster.create_topic(source, 4)
     cluster.create_topic(sink, 4)
-    n = 12_000
+    n = 6_000
     produce(cluster.namesrv_addr, source, range(n))
     # Every sink request waits 50 ms at the broker, and requests are small, so a micro-batch
     # takes a while to write and the kill lands while part of it has been sent.
     cluster.delay_next(10 ** 6, 0.05, request_codes=[RequestCode.SEND_BATCH_MESSAGE])
     pipeline = Pipeline(cluster.namesrv_addr, source, sink, tmp_path, "--max-per-trigger",
-                        "3000", "--sink-option", "maxBatchBytes=4096")
+                        "2000", "--sink-option", "maxBatchBytes=4096")
     pipeline.start()
     pipeline.wait_for(lambda e: e["event"] == "progress" and e["rows"] > 0, 300,
                       "a first batch")

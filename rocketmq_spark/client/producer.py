@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .broker import BrokerClient, SendResponse
 from .config import ClientConfig
-from .errors import RocketMQError, RouteNotFound
+from .errors import BrokerUnavailable, RocketMQError, RouteNotFound
 from .nameserver import NameServerClient
 from .pipeline import SEND_OK, Outgoing, SendPipeline
 from .protocol import message as M
@@ -194,7 +194,10 @@ class Producer:
     def _address(self, queue: MessageQueue, route: TopicRouteData) -> str:
         broker = route.broker(queue.broker_name)
         if broker is None or broker.master_addr is None:
-            raise RouteNotFound(queue.topic, f"broker {queue.broker_name} has no master")
+            # The broker left the route (stopped, or its master is gone) since the queue was
+            # chosen: a send elsewhere may work, so this is a broker failure, not a refusal.
+            raise BrokerUnavailable(queue.broker_name, f"no master of {queue.broker_name} is "
+                                                       f"in the route of topic {queue.topic!r}")
         return broker.master_addr
 
     # ------------------------------------------------------------------ encoding
