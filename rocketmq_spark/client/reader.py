@@ -44,6 +44,7 @@ from .protocol.route import MessageQueue
 from .pull import PullRequest, PullResult, PullStatus, is_transient, pull_result
 
 log = logging.getLogger(__name__)
+_SAID_WHY = False
 
 # (queue, suggested broker id, refresh) -> broker address
 AddressResolver = Callable[[MessageQueue, int, bool], str]
@@ -174,8 +175,18 @@ class QueueRangeReader:
 
     def _native_wanted(self) -> bool:
         config = self.brokers.remoting.config
-        return (self.settings.native and native_pull.available() and config.tls is None
-                and config.credentials is None)
+        if not self.settings.native:
+            return False
+        why = native_pull.native_pull_loop() or (
+            "TLS is on" if config.tls is not None else
+            "requests are signed (ACL)" if config.credentials is not None else None)
+        if why is not None:
+            global _SAID_WHY
+            if not _SAID_WHY:  # once per process: it explains a slower read
+                _SAID_WHY = True
+                log.info("pulls take the pure-Python loop: %s", why)
+            return False
+        return True
 
     def _pause(self) -> None:
         time.sleep(self._backoff)
