@@ -69,8 +69,8 @@ def rich_rows(spark, n: int, partitions: int = 4):
 
 @has_cpp
 @pytest.mark.cpp
-@pytest.mark.parametrize("n", [10_000, pytest.param(100_000, marks=pytest.mark.slow)])
-def test_round_trip_read_back_by_the_cpp_pull_consumer(spark, cluster, unique_name, n):
+def test_round_trip_read_back_by_the_cpp_pull_consumer(spark, cluster, unique_name):
+    n = 100_000
     topic = unique_name("SinkRoundTrip")
     cluster.create_topic(topic, queues=4)
     write(rich_rows(spark, n), cluster.namesrv_addr, topic)
