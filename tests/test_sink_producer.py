@@ -3,6 +3,7 @@ topic auto-creation through TBW102 on every broker, pipelined batch sends, retri
 broker, accepted statuses, sharding-key queue choice and the oversize check."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -251,6 +252,8 @@ def test_delayed_messages_survive_a_restart_without_a_second_delivery(tmp_path, 
 
 
 @pytest.mark.cpp
+@pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
+                    reason="needs PyPI rocketmq 0.4.4 (Apache's C++ client)")
 def test_the_cpp_client_reads_a_delayed_message_with_its_properties(embedded_cluster_factory,
                                                                       unique_name):
     cluster = embedded_cluster_factory(brokers=1, message_delay_level="200ms")
