@@ -22,9 +22,11 @@ from typing import Dict, List, Tuple
 import pytest
 
 from group_helpers import (
-    TOPIC_QUEUES, Feeder, duplicates, lock_holders, member_query, shares, sink_rows, wait_until,
+    TOPIC_QUEUES, Feeder, duplicates, lock_holders, member_query, queues_of, running_queues,
+    shares, sink_rows, wait_until,
 )
 from rocketmq_spark.client.protocol.route import MessageQueue
+from rocketmq_spark.source.allocation import allocate_all
 
 APP = Path(__file__).resolve().parent / "group_member_app.py"
 
@@ -104,12 +106,15 @@ def test_killed_member_hands_over_with_duplicates_only_in_its_last_batches(
     try:
         local = member_query(spark, cluster.namesrv_addr, topic, group, "local", tmp_path,
                              **dict(o.split("=") for o in options))
-        wait_until(lambda: len(cluster.consumer_clients(group)) == 2, 60, "two members")
-        # Both members are idle and poll ~90 times a second, so the queues the newcomer takes
-        # are released within milliseconds of the broker's notification. Messages sent while
-        # a queue moves between members without locks could be read twice (the join window,
-        # measured by ci/bench_rebalance.py), which is not what this test counts.
-        time.sleep(2.0)
+        ids = wait_until(lambda: len(cluster.consumer_clients(group)) == 2
+                         and cluster.consumer_clients(group), 60, "two members")
+        # Messages sent while a queue moves between members without locks could be read
+        # twice (the join window, measured by ci/bench_rebalance.py), which is not what this
+        # test counts: wait until both members report reading exactly their shares.
+        expected = allocate_all("averagely", queues_of(cluster, topic), ids)
+        for member in ids:
+            wait_until(lambda: running_queues(cluster, group, member, topic)
+                       == sorted(expected[member]), 60, f"{member} to settle")
         feeder.start()
         wait_until(lambda: app.batches_with_rows() >= 2 and feeder.sent > n // 3, 120,
                    "the victim to read a few batches")

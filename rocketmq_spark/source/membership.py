@@ -35,7 +35,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Optional, Set
+from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from ..client.admin import Admin
 from ..client.broker import Subscription
@@ -417,6 +417,18 @@ class GroupMember:
             log.info("%d queue(s) allocated to %s are locked by another member; retrying",
                      len(refused - self.held), self.client_id)
 
+    def share(self, wait: float = 0.0) -> Tuple[Set[MessageQueue], Set[MessageQueue]]:
+        """(the queues allocated to this member that it may read, those whose lock another
+        member still holds), waiting up to ``wait`` seconds for those locks."""
+        deadline = time.monotonic() + wait
+        while True:
+            with self._lock:
+                wanted = set(self.wanted)
+                missing = wanted - set(self.lock_ok) if self.lock_queues else set()
+            if not missing or time.monotonic() >= deadline:
+                return wanted - missing, missing
+            time.sleep(0.1)
+
     def _lock_valid(self, mq: MessageQueue, now: float) -> bool:
         if not self.lock_queues:
             return True
@@ -494,6 +506,12 @@ class GroupMember:
         with self._lock:
             self._completed = {mq: start[mq] for mq in kept}
         return Settlement(kept, entering)
+
+    def drop(self, queues: Set[MessageQueue]) -> None:
+        """Forget queues :meth:`settle` let join but the planner could not plan (no address
+        for their broker yet): they join again at a later batch."""
+        with self._lock:
+            self.held -= queues
 
     def commit(self, positions: Dict[MessageQueue, int]) -> None:
         """Commit the positions of queues this member holds (Spark's late ``commit``)."""

@@ -230,6 +230,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = next_end(settled.kept, routed, discovery.why_missing, latest, settled.entering,
                        self.options.fail_on_data_loss, max_rows, driver.target)
+        unplanned = set(settled.entering) - set(end)  # no route to it yet: it joins later
+        if unplanned:
+            member.drop(unplanned)
         if driver.target is not None and end == settled.kept and not settled.entering:
             # AvailableNow drained what it was given: hand the queues back now (the batch
             # that ended at ``start`` is complete and committed).
@@ -243,20 +246,11 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         run drains."""
         member = driver.member
         member.start()
-        deadline = time.monotonic() + min(30.0, 2 * member.interval)
-        while member.lock_queues and time.monotonic() < deadline:
-            with member._lock:
-                missing = member.wanted - set(member.lock_ok)
-            if not missing:
-                break
-            time.sleep(0.2)
-        with member._lock:
-            allowed = set(member.wanted)
-            missing = allowed - set(member.lock_ok) if member.lock_queues else set()
+        allowed, missing = member.share(wait=min(30.0, 2 * member.interval))
         for mq in sorted(missing)[:5]:
             log.warning("AvailableNow: %s stays locked by another member of %s; this run "
                         "does not read it", mq.key, member.group)
-        return allowed - missing
+        return allowed
 
     # ------------------------------------------------------------------ group offsets
 
