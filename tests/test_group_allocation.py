@@ -97,7 +97,7 @@ def _owners(strategy, queues, members, **kw):
     return owners
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(queue_lists, member_ids, st.sampled_from([AVERAGELY, AVERAGELY_BY_CIRCLE,
                                                  CONSISTENT_HASH]), st.integers(1, 30))
 def test_every_queue_has_exactly_one_member(queues, members, strategy, virtual_nodes):
@@ -106,7 +106,7 @@ def test_every_queue_has_exactly_one_member(queues, members, strategy, virtual_n
     assert all(n == 1 for n in owners.values())
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(queue_lists, member_ids, st.sets(st.sampled_from(["room1", "room2", "room3"])))
 def test_machine_room_gives_each_eligible_queue_one_member(queues, members, rooms):
     owners = _owners(MACHINE_ROOM, queues, members, rooms=rooms)
@@ -114,7 +114,7 @@ def test_machine_room_gives_each_eligible_queue_one_member(queues, members, room
     assert set(owners) == eligible and all(n == 1 for n in owners.values())
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(queue_lists, member_ids, st.randoms(use_true_random=False))
 def test_shares_do_not_depend_on_input_order_and_are_balanced(queues, members, rnd):
     shuffled_q, shuffled_m = list(queues), list(members)
