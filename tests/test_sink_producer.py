@@ -288,3 +288,19 @@ def test_a_queue_whose_broker_left_the_route_is_a_broker_failure(embedded_cluste
         pipeline._start(item, stale, 1, time.monotonic(), time.monotonic() + 5, [])
         assert pipeline.flush().by_broker == {"broker-a": 5}
     embedded_cluster.broker("broker-b").start()
+
+
+def test_the_deadline_runs_from_a_requests_first_send_not_from_its_wait(embedded_cluster,
+                                                                        unique_name):
+    """Requests queued behind a slow broker's in-flight limit do not use up their send timeout
+    while they wait for a slot."""
+    topic = unique_name("Queued")
+    embedded_cluster.create_topic(topic, 2, brokers=["broker-a"])
+    embedded_cluster.delay_next(4, 0.4, request_codes=[RequestCode.SEND_BATCH_MESSAGE])
+    with Producer(embedded_cluster.namesrv_addr, send_timeout=0.7, retries=0,
+                  max_in_flight_per_broker=1) as producer:
+        pipeline = producer.pipeline()
+        for i in range(4):
+            pipeline.submit(Outgoing(topic, producer.encode_batch(messages(topic, 3)), 3))
+        stats = pipeline.flush()
+    assert (stats.messages, stats.retries) == (12, 0)

@@ -155,8 +155,7 @@ class SendPipeline:
             queue = item.queue
         else:
             queue = self._pick(item.topic, ())
-        now = time.monotonic()
-        self._start(item, queue, 1, now, now + self.send_timeout, [])
+        self._start(item, queue, 1, None, None, [])
 
     def flush(self) -> PipelineStats:
         """Wait until every submitted request is acknowledged (or raise)."""
@@ -178,12 +177,15 @@ class SendPipeline:
         fresh = [q for q in queues if q.broker_name not in avoid] or queues
         return fresh[next(self._rr) % len(fresh)]
 
-    def _start(self, item: Outgoing, queue: MessageQueue, attempts: int, started: float,
-               deadline: float, brokers: List[str]) -> None:
+    def _start(self, item: Outgoing, queue: MessageQueue, attempts: int,
+               started: Optional[float], deadline: Optional[float], brokers: List[str]) -> None:
         broker = queue.broker_name
         fifo = self._in_flight.setdefault(broker, deque())
         while len(fifo) >= self.max_in_flight:
             self._finish_oldest(broker)
+        if started is None:  # the deadline runs from the first send, not from the wait
+            started = time.monotonic()
+            deadline = started + self.send_timeout
         brokers = brokers + [broker]
         try:
             handle = self.sender.start(item, queue)
