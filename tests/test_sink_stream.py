@@ -141,6 +141,7 @@ class Pipeline:
             if path.exists() else []
 
 
+@pytest.mark.slow  # two Spark drivers in a subprocess: 1-3 minutes on two cores
 @pytest.mark.timeout(900)
 def test_after_a_driver_sigkill_resent_messages_keep_their_ids(spark, embedded_cluster,
                                                                unique_name, tmp_path):
