@@ -349,3 +349,34 @@ def test_running_query_shows_in_the_groups_consumer_list(spark, cluster, topic, 
                      == max_offsets(cluster.namesrv_addr, topic), what="the commit-back")
     finally:
         query.stop()
+
+
+def test_a_group_it_shares_with_other_consumers_is_warned_about(cluster, topic, caplog):
+    """membership=none: the query reads every queue; a group with other members gets a warning
+    (their rebalance counts the query and leaves it a share they never read)."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from rocketmq_spark.client import ClientConfig, Subscription
+    from rocketmq_spark.source.options import parse_options
+    from rocketmq_spark.source.stream_reader import RocketMQStreamReader
+
+    group = f"shared-{topic}"
+    with Admin(cluster.namesrv_addr, config=ClientConfig(client_id="java-consumer@10.0.0.9")) \
+            as other:
+        for b in cluster.brokers:  # another member of the group, still connected
+            other.brokers.heart_beat(b.addr, group, [Subscription(topic)])
+        reader = RocketMQStreamReader(parse_options({
+            "nameServer": cluster.namesrv_addr, "subscribe": topic, "consumerGroup": group,
+            "startingOffsets": "earliest"}, streaming=True))
+        try:
+            start = reader.latestOffset({}, ReadAllAvailable())
+            with caplog.at_level("WARNING", logger="rocketmq_spark.source.stream_reader"):
+                reader.latestOffset(start, ReadAllAvailable())
+                reader.driver.heartbeat_at = 0.0  # the next heartbeat: no second warning
+                reader.driver.committed = None
+                reader.latestOffset(start, ReadAllAvailable())
+        finally:
+            reader.stop()
+    warnings = [r.getMessage() for r in caplog.records if group in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "java-consumer@10.0.0.9" in warnings[0] and "membership=group" in warnings[0]

@@ -87,6 +87,7 @@ class _Driver:
         self.committed: Optional[Dict[str, int]] = None
         self.heartbeat_at = 0.0
         self.last_start: Optional[dict] = None
+        self.others_warned: frozenset = frozenset()  # membership=none: other members seen
 
     def _entry(self, queues: List[MessageQueue], first: bool) -> Dict[MessageQueue, int]:
         """Where queues that join with no offset in the group start: ``startingOffsets`` in
@@ -273,9 +274,33 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             driver.heartbeat_at = now
             subscriptions = [Subscription(t, self.options.filter)
                              for t in sorted({mq.topic for mq in positions})]
-            for address in set(driver.offsets.discover().addresses.values()):
+            addresses = sorted(set(driver.offsets.discover().addresses.values()))
+            for address in addresses:
                 try:
                     driver.admin.brokers.heart_beat(address, self.options.consumer_group,
                                                     subscriptions)
                 except RocketMQError as exc:
                     log.info("heartbeat to %s failed: %s", address, exc)
+            if addresses:
+                self._warn_if_group_is_shared(driver, addresses[0])
+
+    def _warn_if_group_is_shared(self, driver: _Driver, address: str) -> None:
+        """With ``membership=none`` the query reads every queue, yet its heartbeat makes it a
+        member in the eyes of the group's other consumers: they leave it a share of the queues,
+        which they then never read. Say so (once per set of other members)."""
+        try:
+            members = driver.admin.brokers.get_consumer_list_by_group(
+                address, self.options.consumer_group)
+        except RocketMQError as exc:
+            log.info("cannot list the members of %s: %s", self.options.consumer_group, exc)
+            return
+        others = frozenset(members) - {driver.admin.remoting.config.client_id}
+        if others and others != driver.others_warned:
+            log.warning(
+                "consumer group %s has %d other member(s) (%s). This query reads every queue "
+                "of its subscription (membership=none) and only commits its offsets to the "
+                "group, but the other members count it when they share the queues, so the "
+                "share they leave to it goes unread by them. Use membership=group to share "
+                "the group's queues with them, or give this query a consumer group of its own.",
+                self.options.consumer_group, len(others), ", ".join(sorted(others)[:5]))
+        driver.others_warned = others
