@@ -493,7 +493,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     crc_detect();
     PyObject *m = PyModule_Create(&module);
     if (m && (rmq_pull_register(m) < 0 || rmq_header_register(m) < 0 ||
-              rmq_serve_register(m) < 0)) {
+              rmq_serve_register(m) < 0 || rmq_hmac_register(m) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

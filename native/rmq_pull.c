@@ -20,6 +20,17 @@
  * leaves a gap before the next request in flight, which is requested at once for exactly the
  * missing count, so variable message sizes (a byte cap) do not break the pipeline. Answers may
  * arrive in any order; those ahead of the current offset are kept until it reaches them.
+ *
+ * ACL: with a signer, every request carries a Signature computed here (rmq_hmac.c) over the
+ * template's signed values with the request's own maxMsgNums and queueOffset put in their
+ * sorted places; Python cuts the signed content around those two values once per loop
+ * (client/acl.py, signed_parts). The opaque is a header field, not an ext field: unsigned.
+ *
+ * TLS: with a transport (client/connection.py's _TlsTransport, which owns the TLS record
+ * layer over memory BIOs), the loop does not touch the socket: it takes decrypted bytes from
+ * transport.recv(timeout), a chunk at a time, and hands each burst of requests to
+ * transport.send(data). Framing, parsing, planning and signing stay in C; Python is called
+ * once per chunk received and once per burst sent, not once per pull.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -31,6 +42,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "rmq_hmac.h"
 #include "rmq_pull.h"
 
 #define MAX_FRAME (16 * 1024 * 1024)
@@ -89,6 +101,13 @@ typedef struct {
     int64_t consumed;           /* bytes framed since the last rest() */
     char *sbuf;                 /* requests being built */
     Py_ssize_t scap, slen;
+    PyObject *transport;        /* TLS: recv(timeout) / send(data) in Python; NULL: the fd */
+    int sign;                   /* requests carry a Signature */
+    rmq_hmac_t key;             /* the secret's padded states (never the secret itself) */
+    rmq_sha1_t signed_head;     /* key.inner with the signed content before the 1st value */
+    char *sign_mid, *sign_tail; /* signed content between the values, and after them */
+    Py_ssize_t sign_mid_len, sign_tail_len;
+    int offset_first;           /* queueOffset sorts before maxMsgNums (it never does) */
 } Puller;
 
 /* ------------------------------------------------------------------ small helpers */
@@ -408,23 +427,78 @@ static void Puller_dealloc(Puller *self) {
     PyMem_Free(self->out);
     PyMem_Free(self->pieces);
     PyMem_Free(self->sbuf);
+    PyMem_Free(self->sign_mid);
+    PyMem_Free(self->sign_tail);
+    rmq_wipe(&self->key, sizeof(self->key));
+    rmq_wipe(&self->signed_head, sizeof(self->signed_head));
+    Py_XDECREF(self->transport);
     Py_XDECREF(self->sock);
     Py_XDECREF(self->send_lock);
     Py_XDECREF(self->opaques);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Puller(sock, send_lock, opaques, template, end, max_nums, depth, filtered) */
+/* The signer: (secret key, signed content before the first patched value, between the two,
+ * after the second, whether queueOffset comes first). Errors never show the values. */
+static int set_signer(Puller *self, PyObject *signer) {
+    Py_buffer key = {0}, head = {0}, mid = {0}, tail = {0};
+    int offset_first = 0;
+    if (!PyTuple_Check(signer) ||
+        !PyArg_ParseTuple(signer, "y*y*y*y*p", &key, &head, &mid, &tail, &offset_first)) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "signer must be (key, head, mid, tail, offset_first) "
+                                         "with bytes and a bool");
+        return -1;
+    }
+    int rc = -1;
+    char *m = PyMem_Malloc(mid.len ? mid.len : 1), *t = PyMem_Malloc(tail.len ? tail.len : 1);
+    if (!m || !t) {
+        PyMem_Free(m);
+        PyMem_Free(t);
+        PyErr_NoMemory();
+        goto done;
+    }
+    memcpy(m, mid.buf, mid.len);
+    memcpy(t, tail.buf, tail.len);
+    PyMem_Free(self->sign_mid);
+    PyMem_Free(self->sign_tail);
+    self->sign_mid = m; self->sign_mid_len = mid.len;
+    self->sign_tail = t; self->sign_tail_len = tail.len;
+    rmq_hmac_key(&self->key, key.buf, key.len);
+    self->signed_head = self->key.inner;
+    rmq_sha1_update(&self->signed_head, head.buf, head.len);
+    self->offset_first = offset_first;
+    self->sign = 1;
+    rc = 0;
+done:
+    PyBuffer_Release(&key);
+    PyBuffer_Release(&head);
+    PyBuffer_Release(&mid);
+    PyBuffer_Release(&tail);
+    return rc;
+}
+
+/* Puller(sock, send_lock, opaques, template, end, max_nums, depth, filtered=False,
+ *        transport=None, signer=None) */
 static int Puller_init(Puller *self, PyObject *args, PyObject *kw) {
     static char *names[] = {"sock", "send_lock", "opaques", "template", "end", "max_nums",
-                            "depth", "filtered", NULL};
-    PyObject *sock, *lock, *opaques;
+                            "depth", "filtered", "transport", "signer", NULL};
+    PyObject *sock, *lock, *opaques, *transport = Py_None, *signer = Py_None;
     Py_buffer tmpl;
     long long end;
     int max_nums, depth, filtered = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOy*Lii|p", names, &sock, &lock, &opaques,
-                                     &tmpl, &end, &max_nums, &depth, &filtered))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOy*Lii|pOO", names, &sock, &lock, &opaques,
+                                     &tmpl, &end, &max_nums, &depth, &filtered, &transport,
+                                     &signer))
         return -1;
+    if (signer != Py_None && set_signer(self, signer) < 0) {
+        PyBuffer_Release(&tmpl);
+        return -1;
+    }
+    if (transport != Py_None) {
+        Py_INCREF(transport);
+        Py_XSETREF(self->transport, transport);
+    }
     const uint8_t *t = tmpl.buf;
     if (tmpl.len < 29 || t[4] != 1 || rd32(t + 21) != 0 ||
         rd32(t) != tmpl.len - 4 || (rd32(t + 4) & 0xFFFFFF) != tmpl.len - 8 ||
@@ -464,12 +538,26 @@ static int Puller_init(Puller *self, PyObject *args, PyObject *kw) {
 
 /* ------------------------------------------------------------------ sending */
 
+/* The request's Signature (28 base64 characters) over the signed content with its values. */
+static void signature(Puller *self, const char digits[2][24], const int dl[2], char out[28]) {
+    int first = self->offset_first ? 1 : 0;
+    rmq_sha1_t inner = self->signed_head;
+    rmq_sha1_update(&inner, digits[first], dl[first]);
+    rmq_sha1_update(&inner, self->sign_mid, self->sign_mid_len);
+    rmq_sha1_update(&inner, digits[1 - first], dl[1 - first]);
+    rmq_sha1_update(&inner, self->sign_tail, self->sign_tail_len);
+    uint8_t mac[20];
+    rmq_hmac_finish(&self->key, &inner, mac);
+    rmq_base64(mac, 20, out);
+}
+
 static int append_request(Puller *self, int64_t offset, int32_t nums, int32_t opaque) {
     char digits[2][24];
     int dl[2];
     dl[0] = snprintf(digits[0], sizeof(digits[0]), "%d", (int)nums);
     dl[1] = snprintf(digits[1], sizeof(digits[1]), "%lld", (long long)offset);
     Py_ssize_t extra = (2 + 10 + 4 + dl[0]) + (2 + 11 + 4 + dl[1]);
+    if (self->sign) extra += 2 + 9 + 4 + 28;
     Py_ssize_t len = self->tmpl_len + extra;
     if (grow(&self->sbuf, &self->scap, self->slen + len) < 0) return -1;
     uint8_t *p = (uint8_t *)self->sbuf + self->slen;
@@ -487,6 +575,12 @@ static int append_request(Puller *self, int64_t offset, int32_t nums, int32_t op
         wr32(q + 2 + kl, (uint32_t)dl[i]);
         memcpy(q + 6 + kl, digits[i], dl[i]);
         q += 6 + kl + dl[i];
+    }
+    if (self->sign) {
+        q[0] = 0; q[1] = 9;
+        memcpy(q + 2, "Signature", 9);
+        wr32(q + 11, 28);
+        signature(self, (const char (*)[24])digits, dl, (char *)q + 15);
     }
     self->slen += len;
     return 0;
@@ -513,11 +607,65 @@ static int recv_some(Puller *self, int *closed) {
     return 1;
 }
 
+/* Take decrypted bytes from the TLS transport into rbuf, waiting at most ``left`` seconds;
+ * -2 with a Python error (the connection's code turns OSError and SSLError into a lost
+ * connection), else 1 (0 bytes when nothing came in time, *closed when the peer closed). */
+static int transport_recv(Puller *self, double left, int *closed) {
+    PyObject *data = PyObject_CallMethod(self->transport, "recv", "d", left > 0 ? left : 0.0);
+    if (!data) return -2;
+    if (data == Py_None) { Py_DECREF(data); return 1; }
+    Py_buffer b;
+    if (PyObject_GetBuffer(data, &b, PyBUF_SIMPLE) < 0) { Py_DECREF(data); return -2; }
+    int rc = 1;
+    if (b.len == 0) {
+        *closed = 1;
+    } else {
+        if (self->rpos > 0) {  /* compact */
+            memmove(self->rbuf, self->rbuf + self->rpos, self->rlen - self->rpos);
+            self->rlen -= self->rpos;
+            self->rpos = 0;
+        }
+        if (grow(&self->rbuf, &self->rcap, self->rlen + b.len) < 0) rc = -2;
+        else {
+            memcpy(self->rbuf + self->rlen, b.buf, b.len);
+            self->rlen += b.len;
+        }
+    }
+    PyBuffer_Release(&b);
+    Py_DECREF(data);
+    return rc;
+}
+
+/* The TLS path of flush_requests: the burst goes to transport.send as one call, under the
+ * connection's send lock (as its other senders do). -2 with a Python error, else 0. */
+static int transport_send(Puller *self) {
+    PyObject *r = PyObject_CallMethod(self->send_lock, "acquire", NULL);
+    if (!r) return -2;
+    Py_DECREF(r);
+    PyObject *view = PyMemoryView_FromMemory(self->sbuf, self->slen, PyBUF_READ);
+    PyObject *sent = view ? PyObject_CallMethod(self->transport, "send", "O", view) : NULL;
+    Py_XDECREF(view);
+    Py_XDECREF(sent);
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);  /* release the lock whatever happened */
+    r = PyObject_CallMethod(self->send_lock, "release", NULL);
+    Py_XDECREF(r);
+    if (!r) {
+        Py_XDECREF(type); Py_XDECREF(value); Py_XDECREF(tb);
+        self->slen = 0;
+        return -2;
+    }
+    PyErr_Restore(type, value, tb);
+    self->slen = 0;
+    return sent ? 0 : -2;
+}
+
 /* Send sbuf[0:slen] whole, under the connection's send lock; reads meanwhile if the socket
  * is full (so neither side can block on a full buffer). -1 with errno set, -2 Python error,
  * -3 timed out, 0 ok. */
 static int flush_requests(Puller *self, double deadline, int *closed) {
     if (!self->slen) return 0;
+    if (self->transport) return transport_send(self);
     PyObject *r = PyObject_CallMethod(self->send_lock, "acquire", NULL);
     if (!r) return -2;
     Py_DECREF(r);
@@ -747,6 +895,7 @@ static PyObject *Puller_run(Puller *self, PyObject *args) {
             return result(R_RESPONSE, offset, frame);
         }
         if (plan(self, offset) < 0) return NULL;
+        if (closed && self->transport) self->slen = 0;  /* nobody to send to: report CLOSED */
         int rc = flush_requests(self, deadline, &closed);
         if (rc == -2) return NULL;
         if (rc == -3) return result(R_TIMEOUT, offset, NULL);
@@ -822,6 +971,10 @@ static PyObject *Puller_run(Puller *self, PyObject *args) {
         if (closed) return result(R_CLOSED, offset, NULL);
         double left = deadline - now_s();
         if (left <= 0) return result(R_TIMEOUT, offset, NULL);
+        if (self->transport) {
+            if (transport_recv(self, left, &closed) < 0) return NULL;
+            continue;
+        }
         struct pollfd pfd = {self->fd, POLLIN, 0};
         int ready;
         Py_BEGIN_ALLOW_THREADS
@@ -895,6 +1048,19 @@ static PyObject *Puller_claim(Puller *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* request(offset, nums, opaque) -> bytes: the frame this loop would send for that pull,
+ * signature included (tests hold it against the Python encoder and signer). */
+static PyObject *Puller_request(Puller *self, PyObject *args) {
+    long long offset;
+    int nums, opaque;
+    if (!PyArg_ParseTuple(args, "Lii", &offset, &nums, &opaque)) return NULL;
+    Py_ssize_t kept = self->slen;
+    if (append_request(self, offset, nums, opaque) < 0) return NULL;
+    PyObject *frame = PyBytes_FromStringAndSize(self->sbuf + kept, self->slen - kept);
+    self->slen = kept;
+    return frame;
+}
+
 /* abandon(): forget every request in flight; their answers are dropped when they come. */
 static PyObject *Puller_abandon(Puller *self, PyObject *noargs) {
     while (self->nflights) remove_flight(self, self->nflights - 1, 1);
@@ -966,6 +1132,8 @@ static PyObject *Puller_get(Puller *self, void *which) {
     case 4: return PyLong_FromLong(self->nflights);
     case 5: return PyLong_FromLongLong(self->requests);
     case 6: return PyLong_FromLongLong(self->gap_requests);
+    case 8: return PyBool_FromLong(self->sign);
+    case 9: return PyBool_FromLong(self->transport != NULL);
     default: return PyLong_FromLongLong(self->broker_id);
     }
 }
@@ -986,6 +1154,8 @@ static PyGetSetDef Puller_getset[] = {
     {"in_flight", (getter)Puller_get, NULL, "requests in flight", (void *)4},
     {"requests", (getter)Puller_get, NULL, "requests sent", (void *)5},
     {"gap_requests", (getter)Puller_get, NULL, "requests that filled a short answer's gap", (void *)6},
+    {"signed", (getter)Puller_get, NULL, "whether requests carry a Signature", (void *)8},
+    {"tls", (getter)Puller_get, NULL, "whether bytes go through the TLS transport", (void *)9},
     {"broker_id", (getter)Puller_get, (setter)Puller_set_broker_id,
      "the suggestWhichBrokerId answers are expected to carry", (void *)7},
     {NULL},
@@ -995,6 +1165,7 @@ static PyMethodDef Puller_methods[] = {
     {"run", (PyCFunction)Puller_run, METH_VARARGS, "Pull until a batch is full or Python is needed."},
     {"rest", (PyCFunction)Puller_rest, METH_NOARGS, "Received bytes not framed yet."},
     {"abandon", (PyCFunction)Puller_abandon, METH_NOARGS, "Forget the requests in flight."},
+    {"request", (PyCFunction)Puller_request, METH_VARARGS, "The frame sent for one pull."},
     {"offer", (PyCFunction)Puller_offer, METH_VARARGS, "Keep an answer read by someone else."},
     {"claim", (PyCFunction)Puller_claim, METH_VARARGS, "Take a request out of the pipeline."},
     {"append", (PyCFunction)Puller_append, METH_VARARGS, "Add a body to the output."},
@@ -1048,5 +1219,7 @@ int rmq_pull_register(PyObject *module) {
         return -1;
     }
     if (PyModule_AddFunctions(module, pull_functions) < 0) return -1;
+    /* the loop signs requests (signer=) and runs over TLS (transport=) */
+    if (PyModule_AddIntConstant(module, "PULL_SECURE", 1) < 0) return -1;
     return 0;
 }

@@ -1,6 +1,6 @@
 /* Parts of the _native module defined outside rmq_native.c, registered by its init:
- * the pull loop (rmq_pull.c), the binary header codec (rmq_header.c) and the embedded
- * broker's answer to plain pulls (rmq_serve.c). */
+ * the pull loop (rmq_pull.c), the binary header codec (rmq_header.c), the embedded
+ * broker's answer to plain pulls (rmq_serve.c) and the ACL signer's HMAC (rmq_hmac.c). */
 #ifndef RMQ_PULL_H
 #define RMQ_PULL_H
 #include <Python.h>
@@ -8,5 +8,6 @@
 int rmq_pull_register(PyObject *module);
 int rmq_header_register(PyObject *module);
 int rmq_serve_register(PyObject *module);
+int rmq_hmac_register(PyObject *module);
 
 #endif

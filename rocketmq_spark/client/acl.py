@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from typing import Dict, Mapping, Optional
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 ACCESS_KEY = "AccessKey"
 SIGNATURE = "Signature"
@@ -60,6 +60,29 @@ class Credentials:
         ext_fields[SIGNATURE] = self.signature(signed_content(ext_fields, body))
         return ext_fields
 
+    def identify(self, ext_fields: Dict[str, str]) -> Dict[str, str]:
+        """Add AccessKey (and SecurityToken) to ``ext_fields``, drop any Signature: the
+        fields a signature covers, before it is computed. Returns them."""
+        ext_fields[ACCESS_KEY] = self.access_key
+        if self.security_token:
+            ext_fields[SECURITY_TOKEN] = self.security_token
+        ext_fields.pop(SIGNATURE, None)
+        return ext_fields
+
+    def template_signer(self, ext_fields: Mapping[str, str], first: str, second: str
+                        ) -> Tuple[bytes, bytes, bytes, bytes, bool]:
+        """What the native pull loop needs to sign requests built from ``ext_fields`` (already
+        :meth:`identify`-ed) plus two fields it fills in per request, ``first`` and
+        ``second``: ``(secret, head, mid, tail, second_first)``, the signed content being
+        ``head + value + mid + value + tail`` with the values in sorted-key order
+        (``second_first`` when ``second`` sorts before ``first``).
+
+        The tuple carries the secret: it goes straight to the C signer, which keeps only the
+        HMAC's padded-key states; never log or keep it."""
+        parts, order = signed_parts(ext_fields, (first, second))
+        head, mid, tail = parts
+        return self._secret, head, mid, tail, order[0] == second
+
 
 def _restore(access_key: str, secret: bytes, token: Optional[str]) -> Credentials:
     return Credentials(access_key, secret.decode("utf-8"), token)
@@ -82,6 +105,28 @@ def signed_content(ext_fields: Mapping[str, str], body: bytes = b"") -> bytes:
     values = "".join(ext_fields[k] for k in sorted(ext_fields, key=_java_key_order)
                      if k not in UNSIGNED_FIELDS)
     return values.encode("utf-8") + (body or b"")
+
+
+def signed_parts(ext_fields: Mapping[str, str], patched: Sequence[str]
+                 ) -> Tuple[List[bytes], List[str]]:
+    """The signed content of ``ext_fields`` plus the fields ``patched`` (whose values change
+    per request), cut around those values: ``(parts, order)`` such that the content with
+    values ``v[k]`` is ``parts[0] + v[order[0]] + parts[1] + ... + parts[-1]``. Lets a
+    request template be signed per request without sorting its fields again."""
+    keys = sorted({k for k in ext_fields if k not in UNSIGNED_FIELDS} | set(patched),
+                  key=_java_key_order)
+    parts: List[bytes] = []
+    order: List[str] = []
+    values: List[str] = []
+    for key in keys:
+        if key in patched:
+            parts.append("".join(values).encode("utf-8"))
+            order.append(key)
+            values = []
+        else:
+            values.append(ext_fields[key])
+    parts.append("".join(values).encode("utf-8"))
+    return parts, order
 
 
 def verify(ext_fields: Mapping[str, str], body: bytes, secret_key: str) -> bool:

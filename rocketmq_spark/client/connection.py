@@ -321,9 +321,15 @@ class Connection:
 
     @property
     def native_ok(self) -> bool:
-        """Whether a native pull loop may drive this socket: plain TCP and unsigned requests
-        (TLS records and ACL signatures are made in Python)."""
-        return isinstance(self._transport, _PlainTransport) and self.credentials is None
+        """Whether a native pull loop may drive this connection: plain TCP from C, TLS
+        through :attr:`native_transport`; signatures are made in C (see native_pull)."""
+        return isinstance(self._transport, (_PlainTransport, _TlsTransport))
+
+    @property
+    def native_transport(self) -> Optional["_TlsTransport"]:
+        """The TLS record layer a native pull loop reads and writes through (``recv(timeout)``,
+        ``send(data)``), or ``None`` on plain TCP, where it uses the socket itself."""
+        return self._transport if isinstance(self._transport, _TlsTransport) else None
 
     @property
     def native_parts(self) -> Tuple[socket.socket, Any, Any]:
@@ -368,6 +374,9 @@ class Connection:
             try:
                 reason, offset, extra = puller.run(offset, timeout, max_msgs, max_bytes,
                                                    self._decoder.take())
+            except (OSError, ssl.SSLError) as exc:  # from the TLS transport, as _read_until
+                self._fail(f"connection lost: {_reason(exc)}")
+                raise self._unavailable(self.address, self._close_reason) from None
             except BaseException as exc:  # e.g. MemoryError: the stream's position is lost
                 self._fail(f"native pull loop failed: {exc!r}")
                 raise

@@ -3,14 +3,20 @@
 The loop encodes each PULL_MESSAGE request by patching a template: this module builds that
 template (a ROCKETMQ binary-header request without ``maxMsgNums`` and ``queueOffset``, which
 the loop appends per request) and says when the loop may be used at all: the accelerator is
-built, ``ROCKETMQ_SPARK_PURE_PYTHON`` is not set, and the connection is plain TCP without ACL
-signing (TLS records and signatures are made in Python, so those reads take the Python path).
+built and ``ROCKETMQ_SPARK_PURE_PYTHON`` is not set.
+
+On an ACL-signed connection the template carries AccessKey (and SecurityToken) and the loop
+appends a Signature per request, computed in C from the signed content Python cuts around the
+two patched values (:func:`.acl.signed_parts`). On a TLS connection the loop reads and writes
+through the connection's TLS record layer (Python's ``ssl`` over memory BIOs), one call per
+chunk received and per burst of requests sent.
 """
 from __future__ import annotations
 
 import os
 from typing import Optional
 
+from .acl import Credentials
 from .connection import Connection
 from .protocol.codes import CLIENT_VERSION, RequestCode, SerializeType
 from .protocol.frame import RemotingCommand, encode_frame
@@ -24,7 +30,7 @@ except ImportError:  # pragma: no cover - depends on the build
 # The same switch as the decoder's (protocol/columns.py): the pure-Python path everywhere.
 FORCE_PURE_PYTHON = os.environ.get("ROCKETMQ_SPARK_PURE_PYTHON", "") not in ("", "0")
 
-# Keys the loop writes itself, after the template's.
+# Keys the loop writes itself, after the template's (in this order).
 _PATCHED = ("maxMsgNums", "queueOffset")
 
 
@@ -33,32 +39,50 @@ def available() -> bool:
     return _native is not None and hasattr(_native, "Puller") and not FORCE_PURE_PYTHON
 
 
-def pull_template(request: PullRequest, version: int = CLIENT_VERSION) -> bytes:
-    """The request frame of ``request`` without the keys the loop patches per request."""
-    fields = {k: v for k, v in request.ext_fields().items() if k not in _PATCHED}
-    cmd = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=fields, version=version)
+def pull_template(request: PullRequest, version: int = CLIENT_VERSION,
+                  credentials: Optional[Credentials] = None) -> bytes:
+    """The request frame of ``request`` without the keys the loop patches per request; with
+    ``credentials``, with AccessKey (and SecurityToken) but no Signature."""
+    cmd = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=_template_fields(
+        request, credentials), version=version)
     return encode_frame(cmd, SerializeType.ROCKETMQ)
+
+
+def _template_fields(request: PullRequest, credentials: Optional[Credentials]):
+    fields = {k: v for k, v in request.ext_fields().items() if k not in _PATCHED}
+    return fields if credentials is None else credentials.identify(fields)
 
 
 def make_puller(conn: Connection, request: PullRequest, end: int, depth: int,
                 filtered: bool, broker_id: int, version: int = CLIENT_VERSION):
     """A ``_native.Puller`` for ``request``'s queue up to ``end`` on ``conn``, or ``None`` when
     the connection needs the Python path."""
-    if not (available() and conn.native_ok):
+    transport = conn.native_transport
+    if native_pull_loop(tls=transport is not None, signed=conn.credentials is not None):
         return None
     sock, send_lock, opaques = conn.native_parts
-    puller = _native.Puller(sock, send_lock, opaques, pull_template(request, version), end,
-                            request.max_msg_nums, depth, filtered)
+    credentials = conn.credentials
+    signer = None if credentials is None else credentials.template_signer(
+        _template_fields(request, credentials), *_PATCHED)  # holds the secret: to C only
+    puller = _native.Puller(sock, send_lock, opaques,
+                            pull_template(request, version, credentials), end,
+                            request.max_msg_nums, depth, filtered, transport=transport,
+                            signer=signer)
+    del signer  # the loop keeps only the HMAC's padded-key states
     puller.broker_id = broker_id
     return puller
 
 
-def native_pull_loop() -> Optional[str]:
-    """Why reads take the Python path, or ``None`` when the native loop is used (for logs)."""
+def native_pull_loop(tls: bool = False, signed: bool = False) -> Optional[str]:
+    """Why reads take the Python path, or ``None`` when the native loop is used (for logs).
+    ``tls`` / ``signed``: the connections are TLS / sign their requests (ACL)."""
     if _native is None:
         return "the C accelerator is not built"
     if not hasattr(_native, "Puller"):
         return "the C accelerator predates the pull loop (rebuild it)"
     if FORCE_PURE_PYTHON:
         return "ROCKETMQ_SPARK_PURE_PYTHON is set"
+    if (tls or signed) and not hasattr(_native, "PULL_SECURE"):
+        return ("the C accelerator predates TLS and ACL support in the pull loop "
+                "(rebuild it)")
     return None

@@ -20,8 +20,9 @@ are in flight. Each asks for the broker's cap per pull, learned from its answers
 broker serves 32 messages a pull from memory, 8 from disk, whatever ``max_msg_nums`` asks), and
 an answer that stops short is followed at once by a request for exactly the gap. The loop runs
 in C (``native/rmq_pull.c``, see :mod:`.native_pull`) where it can: there only the answers that
-are not a plain FOUND come back to Python. The pure-Python pipeline below is its twin and the
-fallback (TLS, ACL signing, no accelerator).
+are not a plain FOUND come back to Python; it signs requests (ACL) and runs over TLS too. The
+pure-Python pipeline below is its twin and the fallback (no accelerator, or
+``ROCKETMQ_SPARK_PURE_PYTHON=1``).
 """
 from __future__ import annotations
 
@@ -177,9 +178,8 @@ class QueueRangeReader:
         config = self.brokers.remoting.config
         if not self.settings.native:
             return False
-        why = native_pull.native_pull_loop() or (
-            "TLS is on" if config.tls is not None else
-            "requests are signed (ACL)" if config.credentials is not None else None)
+        why = native_pull.native_pull_loop(tls=config.tls is not None,
+                                           signed=config.credentials is not None)
         if why is not None:
             global _SAID_WHY
             if not _SAID_WHY:  # once per process: it explains a slower read
