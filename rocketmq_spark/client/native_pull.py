@@ -61,16 +61,26 @@ def make_puller(conn: Connection, request: PullRequest, end: int, depth: int,
     if native_pull_loop(tls=transport is not None, signed=conn.credentials is not None):
         return None
     sock, send_lock, opaques = conn.native_parts
-    credentials = conn.credentials
-    signer = None if credentials is None else credentials.template_signer(
-        _template_fields(request, credentials), *_PATCHED)  # holds the secret: to C only
-    puller = _native.Puller(sock, send_lock, opaques,
-                            pull_template(request, version, credentials), end,
-                            request.max_msg_nums, depth, filtered, transport=transport,
-                            signer=signer)
-    del signer  # the loop keeps only the HMAC's padded-key states
+    puller = build_puller(sock, send_lock, opaques, request, end, depth, filtered,
+                          transport=transport, credentials=conn.credentials, version=version)
     puller.broker_id = broker_id
     return puller
+
+
+def build_puller(sock, send_lock, opaques, request: PullRequest, end: int, depth: int,
+                 filtered: bool, *, transport=None, credentials: Optional[Credentials] = None,
+                 version: int = CLIENT_VERSION):
+    """The ``_native.Puller`` itself, from a connection's parts (see :func:`make_puller`):
+    ``transport`` is its TLS record layer or ``None``, ``credentials`` sign each request."""
+    signer = None if credentials is None else credentials.template_signer(
+        _template_fields(request, credentials), *_PATCHED)  # holds the secret: to C only
+    try:
+        return _native.Puller(sock, send_lock, opaques,
+                              pull_template(request, version, credentials), end,
+                              request.max_msg_nums, depth, filtered, transport=transport,
+                              signer=signer)
+    finally:
+        del signer  # the loop keeps only the HMAC's padded-key states
 
 
 def native_pull_loop(tls: bool = False, signed: bool = False) -> Optional[str]:
