@@ -27,8 +27,8 @@
  * (client/acl.py, signed_parts). The opaque is a header field, not an ext field: unsigned.
  *
  * TLS: with a transport (client/connection.py's _TlsTransport, which owns the TLS record
- * layer over memory BIOs), the loop does not touch the socket: it takes decrypted bytes from
- * transport.recv(timeout), a chunk at a time, and hands each burst of requests to
+ * layer over memory BIOs), the loop does not touch the socket: it has decrypted bytes put in
+ * its receive buffer by transport.recv_into(view, timeout), a chunk at a time, and hands each burst of requests to
  * transport.send(data). Framing, parsing, planning and signing stay in C; Python is called
  * once per chunk received and once per burst sent, not once per pull.
  */
@@ -101,7 +101,7 @@ typedef struct {
     int64_t consumed;           /* bytes framed since the last rest() */
     char *sbuf;                 /* requests being built */
     Py_ssize_t scap, slen;
-    PyObject *transport;        /* TLS: recv(timeout) / send(data) in Python; NULL: the fd */
+    PyObject *transport;        /* TLS: recv_into(view, timeout) / send(data); NULL: the fd */
     int sign;                   /* requests carry a Signature */
     rmq_hmac_t key;             /* the secret's padded states (never the secret itself) */
     rmq_sha1_t signed_head;     /* key.inner with the signed content before the 1st value */
@@ -607,33 +607,49 @@ static int recv_some(Puller *self, int *closed) {
     return 1;
 }
 
-/* Take decrypted bytes from the TLS transport into rbuf, waiting at most ``left`` seconds;
+/* Take decrypted bytes from the TLS transport into rbuf, waiting at most ``left`` seconds:
+ * transport.recv_into(view of rbuf's free space, left) -> count, 0 closed, None timed out.
  * -2 with a Python error (the connection's code turns OSError and SSLError into a lost
- * connection), else 1 (0 bytes when nothing came in time, *closed when the peer closed). */
+ * connection), else 1 (nothing new when nothing came in time, *closed when the peer closed). */
 static int transport_recv(Puller *self, double left, int *closed) {
-    PyObject *data = PyObject_CallMethod(self->transport, "recv", "d", left > 0 ? left : 0.0);
-    if (!data) return -2;
-    if (data == Py_None) { Py_DECREF(data); return 1; }
-    Py_buffer b;
-    if (PyObject_GetBuffer(data, &b, PyBUF_SIMPLE) < 0) { Py_DECREF(data); return -2; }
-    int rc = 1;
-    if (b.len == 0) {
-        *closed = 1;
-    } else {
+    if (self->rpos > 0 && self->rpos == self->rlen) self->rpos = self->rlen = 0;
+    if (self->rcap - self->rlen < RECV_CHUNK) {
         if (self->rpos > 0) {  /* compact */
             memmove(self->rbuf, self->rbuf + self->rpos, self->rlen - self->rpos);
             self->rlen -= self->rpos;
             self->rpos = 0;
         }
-        if (grow(&self->rbuf, &self->rcap, self->rlen + b.len) < 0) rc = -2;
-        else {
-            memcpy(self->rbuf + self->rlen, b.buf, b.len);
-            self->rlen += b.len;
-        }
+        if (grow(&self->rbuf, &self->rcap, self->rlen + RECV_CHUNK) < 0) return -2;
     }
-    PyBuffer_Release(&b);
-    Py_DECREF(data);
-    return rc;
+    PyObject *view = PyMemoryView_FromMemory(self->rbuf + self->rlen, self->rcap - self->rlen,
+                                             PyBUF_WRITE);
+    if (!view) return -2;
+    PyObject *got = PyObject_CallMethod(self->transport, "recv_into", "Od", view,
+                                        left > 0 ? left : 0.0);
+    /* the view must not outlive this call (rbuf may move), whatever recv_into did */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *released = PyObject_CallMethod(view, "release", NULL);
+    Py_DECREF(view);
+    if (!got) {
+        Py_XDECREF(released);
+        PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        return -2;
+    }
+    if (!released) { Py_DECREF(got); return -2; }
+    Py_DECREF(released);
+    if (got == Py_None) { Py_DECREF(got); return 1; }
+    Py_ssize_t n = PyLong_AsSsize_t(got);
+    Py_DECREF(got);
+    if (n == -1 && PyErr_Occurred()) return -2;
+    if (n < 0 || n > self->rcap - self->rlen) {
+        PyErr_SetString(PyExc_ValueError, "transport.recv_into returned a bad count");
+        return -2;
+    }
+    if (n == 0) *closed = 1;
+    self->rlen += n;
+    return 1;
 }
 
 /* The TLS path of flush_requests: the burst goes to transport.send as one call, under the

@@ -383,6 +383,36 @@ def test_a_broken_tls_stream_is_a_lost_connection_and_retried(embedded_cluster_f
     assert rows == list(enumerate(bodies(2000)))
 
 
+def test_tls_bytes_left_decrypted_by_the_loop_are_read_next(embedded_cluster_factory):
+    """The loop's read (recv_into) leaves what does not fit its buffer decrypted in the SSL
+    object; the connection's own read (recv) takes it from there at once instead of waiting
+    on a socket that has nothing more to say."""
+    from rocketmq_spark.client.connection import Connection
+
+    cluster = embedded_cluster_factory(brokers=1, tls="enforcing")
+    cluster.create_topic("Left", queues=1)
+    cluster.append("Left", "broker-a", 0, bodies(100))
+    conn = Connection(cluster.broker("broker-a").addr, tls=make_tls_context(verify=False))
+    try:
+        transport = conn.native_transport
+        request = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=PullRequest(
+            GROUP, "Left", 0, 0, max_msg_nums=32).ext_fields())
+        conn.send_request(request)
+        head = bytearray(100)
+        assert transport.recv_into(head, 5) == 100
+        data, started = bytes(head), time.monotonic()
+        while len(data) < 4 or len(data) < 4 + struct.unpack(">I", data[:4])[0]:
+            more = transport.recv(5)
+            assert more, "the rest of the answer did not come"
+            data += more
+        assert time.monotonic() - started < 1
+        answer = decode_frame(data)
+        assert answer.opaque == request.opaque and answer.remark == "FOUND"
+        assert answer.fields["nextBeginOffset"] == "32"
+    finally:
+        conn.close()
+
+
 def test_other_frames_on_a_tls_connection_are_dispatched_during_the_loop(
         embedded_cluster_factory):
     """An answer to another request that arrives while the loop reads through TLS goes to that

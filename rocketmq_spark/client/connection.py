@@ -147,15 +147,20 @@ class _TlsTransport:
     def recv(self, timeout: float) -> Optional[bytes]:
         """Decrypted bytes, ``b""`` when the peer closed, ``None`` when ``timeout`` passed."""
         deadline = time.monotonic() + timeout
+        buffered = self._obj.pending() or self._in.pending  # left by recv_into
         while True:
-            if not _wait_readable(self.poller, deadline - time.monotonic()):
-                return None
-            raw = self.sock.recv(RECV_BYTES)
-            if not raw:
-                return b""
+            if buffered:
+                raw, buffered = b"", False
+            else:
+                if not _wait_readable(self.poller, deadline - time.monotonic()):
+                    return None
+                raw = self.sock.recv(RECV_BYTES)
+                if not raw:
+                    return b""
             chunks = []
             with self._ssl_lock:
-                self._in.write(raw)
+                if raw:
+                    self._in.write(raw)
                 while True:
                     try:
                         chunk = self._obj.read(RECV_BYTES)
@@ -174,6 +179,43 @@ class _TlsTransport:
                     self.sock.sendall(extra)
             if chunks:
                 return b"".join(chunks)
+
+    def recv_into(self, buffer, timeout: float) -> Optional[int]:
+        """Decrypt into ``buffer`` (writable): how many bytes, ``0`` when the peer closed,
+        ``None`` when ``timeout`` passed. The native pull loop's read: its own buffer is
+        filled, no bytes object is made per record. What does not fit stays decrypted in the
+        SSL object for the next call (``recv`` looks there first too)."""
+        view = memoryview(buffer)
+        size, got, deadline = len(view), 0, None
+        while True:
+            with self._ssl_lock:
+                while got < size:
+                    try:
+                        n = self._obj.read(size - got, view[got:])
+                    except ssl.SSLWantReadError:
+                        break
+                    except ssl.SSLZeroReturnError:
+                        return got
+                    if not n:
+                        break
+                    got += n
+                pending = self._out.pending
+            if pending:  # post-handshake messages (key updates) must go out in order
+                with self._send_lock:
+                    with self._ssl_lock:
+                        extra = self._out.read()
+                    self.sock.sendall(extra)
+            if got:
+                return got
+            if deadline is None:
+                deadline = time.monotonic() + timeout
+            if not _wait_readable(self.poller, deadline - time.monotonic()):
+                return None
+            raw = self.sock.recv(RECV_BYTES)
+            if not raw:
+                return 0
+            with self._ssl_lock:
+                self._in.write(raw)
 
 
 class Connection:
@@ -327,8 +369,9 @@ class Connection:
 
     @property
     def native_transport(self) -> Optional["_TlsTransport"]:
-        """The TLS record layer a native pull loop reads and writes through (``recv(timeout)``,
-        ``send(data)``), or ``None`` on plain TCP, where it uses the socket itself."""
+        """The TLS record layer a native pull loop reads and writes through
+        (``recv_into(buffer, timeout)``, ``send(data)``), or ``None`` on plain TCP, where it
+        uses the socket itself."""
         return self._transport if isinstance(self._transport, _TlsTransport) else None
 
     @property
