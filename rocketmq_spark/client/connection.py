@@ -110,6 +110,8 @@ class _TlsTransport:
         self._obj = context.wrap_bio(self._in, self._out, server_hostname=server_hostname)
         self._ssl_lock = threading.Lock()
         self._send_lock = threading.Lock()
+        self._raw: Optional[bytearray] = None  # encrypted bytes read, reused
+        self._plain: Optional[bytearray] = None  # recv's decrypted bytes, reused
         self.poller = select.poll()
         self.poller.register(sock, select.POLLIN)
 
@@ -146,45 +148,16 @@ class _TlsTransport:
 
     def recv(self, timeout: float) -> Optional[bytes]:
         """Decrypted bytes, ``b""`` when the peer closed, ``None`` when ``timeout`` passed."""
-        deadline = time.monotonic() + timeout
-        buffered = self._obj.pending() or self._in.pending  # left by recv_into
-        while True:
-            if buffered:
-                raw, buffered = b"", False
-            else:
-                if not _wait_readable(self.poller, deadline - time.monotonic()):
-                    return None
-                raw = self.sock.recv(RECV_BYTES)
-                if not raw:
-                    return b""
-            chunks = []
-            with self._ssl_lock:
-                if raw:
-                    self._in.write(raw)
-                while True:
-                    try:
-                        chunk = self._obj.read(RECV_BYTES)
-                    except ssl.SSLWantReadError:
-                        break
-                    except ssl.SSLZeroReturnError:
-                        return b""
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-                pending = self._out.pending
-            if pending:  # post-handshake messages (key updates) must go out in order
-                with self._send_lock:
-                    with self._ssl_lock:
-                        extra = self._out.read()
-                    self.sock.sendall(extra)
-            if chunks:
-                return b"".join(chunks)
+        if self._plain is None:
+            self._plain = bytearray(RECV_BYTES)
+        n = self.recv_into(self._plain, timeout)
+        return None if n is None else bytes(memoryview(self._plain)[:n])
 
     def recv_into(self, buffer, timeout: float) -> Optional[int]:
         """Decrypt into ``buffer`` (writable): how many bytes, ``0`` when the peer closed,
         ``None`` when ``timeout`` passed. The native pull loop's read: its own buffer is
         filled, no bytes object is made per record. What does not fit stays decrypted in the
-        SSL object for the next call (``recv`` looks there first too)."""
+        SSL object, where the next call looks first."""
         view = memoryview(buffer)
         size, got, deadline = len(view), 0, None
         while True:
@@ -211,11 +184,19 @@ class _TlsTransport:
                 deadline = time.monotonic() + timeout
             if not _wait_readable(self.poller, deadline - time.monotonic()):
                 return None
-            raw = self.sock.recv(RECV_BYTES)
+            raw = self._recv_raw()
             if not raw:
                 return 0
             with self._ssl_lock:
                 self._in.write(raw)
+
+    def _recv_raw(self) -> memoryview:
+        """Encrypted bytes from the socket, in one buffer kept for the connection's life (a
+        fresh 256 KiB bytes object per read costs more than decrypting it). Only the thread
+        holding the reading role calls this; the view is valid until its next call."""
+        if self._raw is None:
+            self._raw = bytearray(RECV_BYTES)
+        return memoryview(self._raw)[:self.sock.recv_into(self._raw)]
 
 
 class Connection:
