@@ -169,6 +169,46 @@ def test_bad_options_name_the_option(options, named):
     assert named in str(err.value)
 
 
+G = {"nameServer": "h:1", "subscribe": "T", "consumerGroup": "g", "membership": "group"}
+
+
+@pytest.mark.parametrize("options, streaming, named", [
+    ({"nameServer": "h:1", "subscribe": "T", "membership": "maybe"}, True, "membership"),
+    ({"nameServer": "h:1", "subscribe": "T", "lockQueues": "true"}, True,
+     "lockQueues needs membership=group"),
+    ({"nameServer": "h:1", "subscribe": "T", "membership": "group"}, True, "consumerGroup"),
+    (G, False, "streaming queries"),
+    ({**G, "subscribe": None, "assign": '["T/broker-a/0"]'}, True, "assign"),
+    ({**G, "commitOffsets": "false"}, True, "commitOffsets=false"),
+    ({**G, "allocateStrategy": "randomly"}, True, "allocateStrategy must be one of"),
+    ({**G, "consistentHashVirtualNodes": "5"}, True, "allocateStrategy=consistentHash"),
+    ({**G, "allocateStrategy": "consistentHash", "consistentHashVirtualNodes": "0"}, True,
+     "consistentHashVirtualNodes must be between 1 and 10000"),
+    ({**G, "allocateStrategy": "machineRoom"}, True, "allocateMachineRooms"),
+    ({**G, "allocateMachineRooms": "hz1"}, True, "allocateMachineRooms needs"),
+    ({**G, "lockQueues": "yes"}, True, "lockQueues must be true or false"),
+    ({**G, "memberName": "has space"}, True, "memberName"),
+    ({**G, "rebalanceIntervalMs": "10"}, True, "rebalanceIntervalMs must be between"),
+])
+def test_bad_membership_options_name_the_option(options, streaming, named):
+    options = {k: v for k, v in options.items() if v is not None}
+    with pytest.raises(OptionError) as err:
+        parse_options(options, streaming=streaming)
+    assert named in str(err.value)
+
+
+def test_membership_options_are_read():
+    o = parse_options({**G, "allocateStrategy": "CONSISTENTHASH",
+                       "consistentHashVirtualNodes": "32", "lockQueues": "true",
+                       "memberName": "eu-1", "rebalanceIntervalMs": "5000"}, streaming=True)
+    assert (o.membership, o.allocate_strategy, o.consistent_hash_virtual_nodes, o.lock_queues,
+            o.member_name, o.rebalance_interval_ms) == (
+        "group", "consistentHash", 32, True, "eu-1", 5000)
+    rooms = parse_options({**G, "allocateStrategy": "machineRoom",
+                           "allocateMachineRooms": "hz1, hz2"}, streaming=True)
+    assert rooms.machine_rooms == ("hz1", "hz2")
+
+
 def test_bad_options_fail_the_query_before_it_runs(spark):
     started = time.monotonic()
     with pytest.raises((PySparkException, AnalysisException, Exception)) as err:

@@ -17,7 +17,11 @@ from ..client.acl import Credentials
 from ..client.config import parse_name_servers
 from ..client.protocol.properties import split_tags_expression
 from ..client.protocol.route import MessageQueue
-from ..options import OptionError  # one error class for the source and the sink
+# One error class and the same checks for the source and the sink.
+from ..options import (
+    OptionError, lower_keys, parse_bool as _bool, parse_credentials, parse_int as _int, parse_tls,
+    reject_unknown,
+)
 
 EARLIEST = -2
 LATEST = -1
@@ -129,24 +133,6 @@ class SourceOptions:
 
 
 # ----------------------------------------------------------------------------------- parsing
-
-
-def _bool(name: str, value: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    raise OptionError(f"option {name} must be true or false, got {value!r}")
-
-
-def _int(name: str, value: str, minimum: int = 1, maximum: Optional[int] = None) -> int:
-    try:
-        number = int(value.strip())
-    except ValueError:
-        raise OptionError(f"option {name} must be a whole number, got {value!r}") from None
-    if number < minimum or (maximum is not None and number > maximum):
-        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
-        raise OptionError(f"option {name} must be {bound}, got {number}")
-    return number
 
 
 def _json(name: str, value: str):
@@ -277,12 +263,8 @@ def _membership_options(opts: Dict[str, str], kw: Dict[str, object], streaming: 
 
 def parse_options(raw: Mapping[str, str], streaming: bool) -> SourceOptions:
     """Check every option; raise :class:`OptionError` naming the first one at fault."""
-    opts = {str(k).lower(): str(v) for k, v in raw.items()}
-    unknown = sorted(k for k in opts if k not in KNOWN)
-    if unknown:
-        names = ", ".join(raw_name for raw_name in raw if raw_name.lower() in unknown)
-        raise OptionError(f"unknown option(s) for the rocketmq source: {names}. Known options: "
-                          + ", ".join(sorted(KNOWN.values())))
+    opts = lower_keys(raw)
+    reject_unknown(raw, KNOWN, "the rocketmq source")
 
     if "nameserver" not in opts or not opts["nameserver"].strip():
         raise OptionError("option nameServer is required, e.g. \"host:9876;host2:9876\"")
@@ -401,20 +383,8 @@ def parse_options(raw: Mapping[str, str], streaming: bool) -> SourceOptions:
         kw["filter"] = expression
     if "includeproperties" in opts:
         kw["include_properties"] = _bool("includeProperties", opts["includeproperties"])
-    has_ak, has_sk = "accesskey" in opts, "secretkey" in opts
-    if has_ak != has_sk:
-        raise OptionError("options accessKey and secretKey go together; only "
-                          + ("accessKey" if has_ak else "secretKey") + " was set")
-    if has_ak:
-        if not opts["accesskey"] or not opts["secretkey"]:
-            raise OptionError("options accessKey and secretKey must not be empty")
-        kw["credentials"] = Credentials(opts["accesskey"], opts["secretkey"])
-    if "tls" in opts:
-        kw["tls"] = _bool("tls", opts["tls"])
-    if "tlsverify" in opts:
-        kw["tls_verify"] = _bool("tlsVerify", opts["tlsverify"])
-    if "tlscafile" in opts:
-        kw["tls_ca_file"] = opts["tlscafile"]
+    kw["credentials"] = parse_credentials(opts)
+    kw["tls"], kw["tls_ca_file"], kw["tls_verify"] = parse_tls(opts)
     if "commitoffsets" in opts:
         kw["commit_offsets"] = _bool("commitOffsets", opts["commitoffsets"])
         if kw["commit_offsets"] and not kw.get("group_given"):
