@@ -12,15 +12,17 @@ messages of 100 B sent by:
 * ``grpc-multi``: GrpcProducer with ``multi_message_calls`` (256 messages per call): what the
   transport could do against a proxy that kept each message's properties (Apache's does not).
 
-Prints messages/s, client CPU seconds, and each rate as a ratio of the remoting rate. The
-embedded proxy is Python, so the gRPC rates are bounded by the server too; the client CPU per
-message is the figure that carries over to a real proxy. Run:
-``.venv/bin/python ci/bench_grpc.py [--messages N] [--json FILE]``.
+Prints messages/s, the CPU per message of this process (the client) and of the embedded
+server's process (brokers and proxy), and each rate as a ratio of the remoting rate. Client
+and server share the machine's cores, and the embedded proxy is Python, so the gRPC rates are
+bounded by the server too; the client CPU per message is the figure that carries over to a
+real proxy. Run: ``.venv/bin/python ci/bench_grpc.py [--messages N] [--json FILE]``.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -59,10 +61,24 @@ def messages(n: int, keyed: bool = False):
                     sharding_key=f"g{i % 100}" if keyed else None) for i in range(n)]
 
 
+CLK = os.sysconf("SC_CLK_TCK")
+SERVER_PID = [0]
+
+
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK
+
+
 def timed(fn):
+    """(messages, wall seconds, client CPU seconds, server CPU seconds) of ``fn()``."""
+    s0 = process_cpu(SERVER_PID[0])
     t0, c0 = time.perf_counter(), time.process_time()
     count = fn()
-    return count, time.perf_counter() - t0, time.process_time() - c0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return count, wall, cpu, process_cpu(SERVER_PID[0]) - s0
 
 
 def run_remoting(namesrv: str, n: int):
@@ -89,6 +105,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     proc, namesrv, proxy = start_server()
+    SERVER_PID[0] = proc.pid
     rows = {}
     try:
         n = args.messages
@@ -101,14 +118,14 @@ def main(argv=None) -> int:
         proc.wait(30)
     base = rows["remoting"][0] / rows["remoting"][1]
     out = {}
-    print(f"{'transport':<12} {'messages':>9} {'seconds':>8} {'msg/s':>9} {'cpu s':>7} "
-          f"{'cpu us/msg':>10} {'ratio':>6}")
-    for name, (count, wall, cpu) in rows.items():
+    print(f"{'transport':<12} {'messages':>9} {'seconds':>8} {'msg/s':>9} "
+          f"{'client us/msg':>13} {'server us/msg':>13} {'ratio':>6}")
+    for name, (count, wall, cpu, server_cpu) in rows.items():
         rate = count / wall
         out[name] = {"messages": count, "seconds": wall, "rate": rate, "client_cpu": cpu,
-                     "ratio_to_remoting": rate / base}
-        print(f"{name:<12} {count:>9} {wall:>8.2f} {rate:>9.0f} {cpu:>7.2f} "
-              f"{cpu / count * 1e6:>10.1f} {rate / base:>6.3f}")
+                     "server_cpu": server_cpu, "ratio_to_remoting": rate / base}
+        print(f"{name:<12} {count:>9} {wall:>8.2f} {rate:>9.0f} {cpu / count * 1e6:>13.1f} "
+              f"{server_cpu / count * 1e6:>13.1f} {rate / base:>6.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0

@@ -146,3 +146,172 @@ def test_our_modules_coexist_with_another_copy_of_the_package():
                           timeout=60, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "5"
+
+
+# ----------------------------------------------------------------------- requests written by hand
+
+_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+
+
+@given(body=st.binary(min_size=1, max_size=300), tags=st.one_of(st.none(), _text),
+       keys=st.one_of(st.none(), _text, st.lists(_text, max_size=3)),
+       props=st.dictionaries(_text, _text, max_size=3), group=st.one_of(st.none(), _text),
+       delay=st.integers(0, 18), namespace=_text, now_ms=st.integers(0, 2 ** 42),
+       topic=st.text("abcXYZ_-%|09", min_size=1, max_size=20))
+def test_hand_written_request_equals_the_protobuf_one(body, tags, keys, props, group, delay,
+                                                      namespace, now_ms, topic):
+    from rocketmq_spark.client import Message
+    from rocketmq_spark.client.grpc import convert, wire
+
+    if group and delay:
+        delay = 0
+    m = Message(topic, body, tags=tags, keys=keys, properties=props, sharding_key=group or None,
+                delay_level=delay, uniq_key="ID-1")
+    writer = wire.RequestWriter(topic, namespace, convert.BORN_HOST, now_ms)
+    encoded, message_id = convert.encode(writer, m, now_ms)
+    assert message_id == "ID-1"
+    expected = spb.SendMessageRequest(messages=[convert.to_proto(m, namespace, now_ms)])
+    got = spb.SendMessageRequest.FromString(writer.request([encoded]))
+    assert got == expected  # (maps compare as maps: their order on the wire is free)
+
+
+def test_hand_written_request_of_several_messages():
+    from rocketmq_spark.client import Message
+    from rocketmq_spark.client.grpc import convert, wire
+
+    messages = [Message("T", b"m%d" % i, tags=f"t{i}", uniq_key=f"id{i}") for i in range(3)]
+    writer = wire.RequestWriter("T", "", convert.BORN_HOST, 1_700_000_000_123)
+    request = spb.SendMessageRequest.FromString(
+        writer.request([convert.encode(writer, m, 0)[0] for m in messages]))
+    assert [(m.body, m.system_properties.tag, m.system_properties.message_id)
+            for m in request.messages] == [(b"m0", "t0", "id0"), (b"m1", "t1", "id1"),
+                                           (b"m2", "t2", "id2")]
+
+
+OFFICIAL_PARSE = r'''
+import json, sys
+from rocketmq.grpc_protocol import service_pb2
+out = []
+for line in sys.stdin:
+    r = service_pb2.SendMessageRequest.FromString(bytes.fromhex(line.strip()))
+    for m in r.messages:
+        s = m.system_properties
+        out.append({"topic": [m.topic.resource_namespace, m.topic.name],
+                    "body": m.body.hex(), "props": dict(m.user_properties),
+                    "tag": s.tag if s.HasField("tag") else None, "keys": list(s.keys),
+                    "id": s.message_id, "encoding": s.body_encoding, "type": s.message_type,
+                    "born": s.born_timestamp.ToMilliseconds(), "host": s.born_host,
+                    "group": s.message_group if s.HasField("message_group") else None,
+                    "deliver": s.delivery_timestamp.ToMilliseconds()
+                               if s.HasField("delivery_timestamp") else None})
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.skipif(not (ROOT / ".venv-grpc-peer" / ".installed-5.1.2").exists(),
+                    reason="needs .venv-grpc-peer (ci/setup.sh)")
+def test_the_official_client_reads_our_hand_written_requests():
+    import json
+
+    from rocketmq_spark.client import Message
+    from rocketmq_spark.client.grpc import convert, wire
+
+    now = 1_700_000_000_123
+    messages = [Message("Orders", "body ✓".encode(), tags="created", keys=["k1", "k 2"],
+                        properties={"region": "eu", "ü": "ß"}, uniq_key="A1"),
+                Message("Orders", b"\x00" * 300, sharding_key="customer-9", uniq_key="A2"),
+                Message("Orders", b"x", delay_level=3, uniq_key="A3")]
+    writer = wire.RequestWriter("Orders", "ns1", "10.1.2.3", now)
+    lines = "\n".join(writer.request([convert.encode(writer, m, now)[0]]).hex()
+                      for m in messages)
+    proc = subprocess.run([str(ROOT / ".venv-grpc-peer" / "bin" / "python"), "-c",
+                           OFFICIAL_PARSE], input=lines, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout)
+    common = {"topic": ["ns1", "Orders"], "encoding": pb.IDENTITY, "born": now,
+              "host": "10.1.2.3"}
+    assert seen == [
+        dict(common, body="body ✓".encode().hex(), props={"region": "eu", "ü": "ß"},
+             tag="created", keys=["k1", "k 2"], id="A1", type=pb.NORMAL, group=None,
+             deliver=None),
+        dict(common, body="00" * 300, props={}, tag=None, keys=[], id="A2", type=pb.FIFO,
+             group="customer-9", deliver=None),
+        dict(common, body="78", props={}, tag=None, keys=[], id="A3", type=pb.DELAY,
+             group=None, deliver=now + 10_000)]
+
+
+def test_call_metadata_signs_once_a_second_and_numbers_each_call():
+    creds = Credentials("AK1", "secret-xyz", security_token="tok")
+    clock = [100.2]
+    source = auth.CallMetadata("client-1", "ns", "v", creds, clock=lambda: clock[0])
+    first, second = dict(source()), dict(source())
+    expected = dict(auth.request_metadata("client-1", "ns", "v", creds, now=100.7))
+    for md in (first, second):
+        assert {k: v for k, v in md.items() if k != auth.REQUEST_ID} == \
+            {k: v for k, v in expected.items() if k != auth.REQUEST_ID}
+        assert auth.verify_metadata(md, {"AK1": "secret-xyz"}) == "AK1"
+    assert first[auth.REQUEST_ID] != second[auth.REQUEST_ID]
+    clock[0] = 101.0
+    later = dict(source())
+    assert later[auth.DATE_TIME] == "19700101T000141Z" != first[auth.DATE_TIME]
+    assert auth.verify_metadata(later, {"AK1": "secret-xyz"}) == "AK1"
+    assert "secret-xyz" not in repr(source()) and auth.AUTHORIZATION not in dict(
+        auth.CallMetadata("c", "", "v")())
+
+
+def test_dispatcher_bounds_calls_in_flight_and_keeps_each_group_in_order():
+    """The dispatcher alone, on a real event loop, with calls that answer after a random
+    pause: never more than max_in_flight at once, a group's calls one at a time in order,
+    a failed call fails its group's later calls instead of letting them overtake it."""
+    import asyncio
+    import random
+
+    from rocketmq_spark.client.errors import ClientClosed
+    from rocketmq_spark.client.grpc.dispatch import Call, Dispatcher
+
+    rng = random.Random(7)
+    running, peak, started, outcomes = set(), [0], [], {}
+
+    async def invoke(call):
+        running.add(call.context)
+        peak[0] = max(peak[0], len(running))
+        if call.group is not None:
+            assert not any(c[0] == call.group for c in running - {call.context})
+        started.append(call.context)
+        await asyncio.sleep(rng.random() / 500)
+        running.discard(call.context)
+        if call.context == ("g1", 13):
+            raise RuntimeError("refused")
+        return [call.context]
+
+    def done(call, results, error):
+        outcomes[call.context] = error if error is not None else results
+
+    async def main():
+        d = Dispatcher(5, invoke)
+        calls = [Call(b"", f"g{i % 3}" if i % 4 else None, done, (f"g{i % 3}" if i % 4 else
+                                                                  None, i)) for i in range(60)]
+        d.submit(calls[:30])
+        d.submit(calls[30:])
+        while len(outcomes) < 60:
+            await asyncio.sleep(0.01)
+        assert d.in_flight == 0
+        d.close("closed for the test")
+        late = Call(b"", None, done, (None, 99))
+        d.submit([late])
+        assert isinstance(outcomes[(None, 99)], ClientClosed)
+        return calls
+
+    calls = asyncio.run(main())
+    assert peak[0] == 5
+    for group in ("g0", "g1", "g2"):
+        mine = [c.context for c in calls if c.group == group]
+        order = [c for c in started if c[0] == group]
+        if group == "g1":
+            failed = mine.index(("g1", 13))
+            assert order == mine[:failed + 1]  # nothing of g1 started after the failure
+            assert all(isinstance(outcomes[c], RuntimeError) for c in mine[failed:])
+            assert all(outcomes[c] == [c] for c in mine[:failed])
+        else:
+            assert order == mine and all(outcomes[c] == [c] for c in mine)

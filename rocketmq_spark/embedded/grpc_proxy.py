@@ -74,6 +74,12 @@ def status(code: int, message: str = "") -> pb.Status:
     return pb.Status(code=code, message=message or pb.Code.Name(code))
 
 
+_OK = status(pb.OK)
+_V2 = {name: SEND_V2_KEYS.get(name, name) for name in (
+    "producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
+    "bornTimestamp", "flag", "properties", "reconsumeTimes", "bname", "batch")}
+
+
 class _ProxyConnection:
     """What the broker's send handler needs of a connection: the peer it names as born host."""
 
@@ -113,6 +119,8 @@ class GrpcProxy(rpc.MessagingServiceServicer):
         self._rr = itertools.count(random.randrange(1 << 16))
         self._deliveries: Dict[Tuple[str, str, str], GroupDelivery] = {}
         self.clients: Dict[str, int] = {}  # client id -> ClientType, from settings/heartbeats
+        self._writable_cache: Dict[str, tuple] = {}
+        self._orders: Dict[Tuple[str, ...], List[str]] = {}
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -149,6 +157,8 @@ class GrpcProxy(rpc.MessagingServiceServicer):
 
     def _refusal(self, context, need_client_id: bool = False) -> Optional[pb.Status]:
         """The status to answer instead of serving the call, or None."""
+        if self.acl is None and not need_client_id:
+            return None
         metadata = {k: v for k, v in (context.invocation_metadata() or ())
                     if isinstance(v, str)}
         if need_client_id and not metadata.get(auth.CLIENT_ID):
@@ -170,14 +180,26 @@ class GrpcProxy(rpc.MessagingServiceServicer):
                                                                   port=self.port)])
 
     def _writable(self, topic: str) -> List[Tuple[MessageQueue, "Broker"]]:
-        """The topic's writable queues on running brokers, sorted as the proxy sorts them."""
+        """The topic's writable queues on running brokers, sorted as the proxy sorts them
+        (kept while the brokers' state and the topic's configs stay the same)."""
+        state = []
+        for b in self._brokers:
+            config = b.store.topics.get(topic) if b.running else None
+            state.append(None if config is None else
+                         (id(config), config.perm, config.write_queue_nums))
+        state = tuple(state)
+        cached = self._writable_cache.get(topic)
+        if cached is not None and cached[0] == state:
+            return cached[1]
         out = []
         for b in self._running_brokers():
             config = b.store.topics.get(topic)
             if config is not None and config.perm & PERM_WRITE:
                 out.extend((MessageQueue(topic, b.name, i), b)
                            for i in range(config.write_queue_nums))
-        return sorted(out, key=lambda item: item[0])
+        out.sort(key=lambda item: item[0])
+        self._writable_cache[topic] = (state, out)
+        return out
 
     # ---------------------------------------------------------------- routes
 
@@ -287,57 +309,58 @@ class GrpcProxy(rpc.MessagingServiceServicer):
             return spb.SendMessageResponse(status=exc.status)
 
     def _send(self, request, peer: str) -> spb.SendMessageResponse:
-        messages = list(request.messages)
+        messages = request.messages
         if not messages:
             raise _Refused(pb.MESSAGE_CORRUPTED, "no message to send")
-        first_topic = messages[0].topic
+        first = messages[0]
+        first_topic = first.topic
         topic = _wrap(first_topic)
         properties = []
         for m in messages:
             if m.topic != first_topic:
                 raise _Refused(pb.MESSAGE_CORRUPTED, "topic in message is not same")
-            if not m.body:
+            size = len(m.body)
+            if not size:
                 raise _Refused(pb.MESSAGE_BODY_EMPTY, "message body is empty")
-            if len(m.body) > self.max_message_size:
+            if size > self.max_message_size:
                 raise _Refused(pb.MESSAGE_BODY_TOO_LARGE,
-                               f"message body size {len(m.body)} exceeds "
-                               f"{self.max_message_size}")
+                               f"message body size {size} exceeds {self.max_message_size}")
             properties.append(self._message_properties(m, topic))
         writable = self._writable(topic)
         if not writable:
             raise _Refused(pb.TOPIC_NOT_FOUND, f"topic {topic} not found")
-        group = messages[0].system_properties.message_group if len(messages) == 1 else ""
+        system = first.system_properties
+        group = system.message_group if len(messages) == 1 else ""
         if group:
             queue, broker = queue_for_group(writable, group)
         else:
             queue, broker = writable[next(self._rr) % len(writable)]
-        born = messages[0].system_properties.born_timestamp.ToMilliseconds()
-        fields = {"producerGroup": topic, "topic": topic, "defaultTopic": "TBW102",
-                  "defaultTopicQueueNums": "4", "queueId": str(queue.queue_id), "sysFlag": "0",
-                  "bornTimestamp": str(born), "flag": "0",
-                  "properties": P.encode_properties(properties[0], trailing_separator=False),
-                  "reconsumeTimes": "0", "bname": broker.name}
+        fields = {_V2["producerGroup"]: topic, _V2["topic"]: topic, _V2["defaultTopic"]: "TBW102",
+                  _V2["defaultTopicQueueNums"]: "4", _V2["queueId"]: str(queue.queue_id),
+                  _V2["sysFlag"]: "0",
+                  _V2["bornTimestamp"]: str(system.born_timestamp.ToMilliseconds()),
+                  _V2["flag"]: "0", _V2["properties"]: properties[0],
+                  _V2["reconsumeTimes"]: "0", _V2["bname"]: broker.name}
         if len(messages) == 1:
-            code, body = RequestCode.SEND_MESSAGE_V2, bytes(messages[0].body)
+            code, body = RequestCode.SEND_MESSAGE_V2, bytes(first.body)
         else:
-            fields["batch"] = "true"
+            fields[_V2["batch"]] = "true"
             code = RequestCode.SEND_BATCH_MESSAGE
-            body = encode_batch([BatchEntry(bytes(m.body), P.encode_properties(
-                props, trailing_separator=False), 0) for m, props in zip(messages, properties)])
-        command = RemotingCommand(code, {SEND_V2_KEYS.get(k, k): v for k, v in fields.items()},
-                                  body)
-        response = handle_send(broker, _ProxyConnection(peer), command)
+            body = encode_batch([BatchEntry(bytes(m.body), props, 0)
+                                 for m, props in zip(messages, properties)])
+        response = handle_send(broker, _ProxyConnection(peer), RemotingCommand(code, fields, body))
         if response.code != RC.SUCCESS:
             raise _Refused(_BROKER_CODES.get(response.code, pb.INTERNAL_SERVER_ERROR),
                            response.remark or "")
-        ids = ",".join(m.system_properties.message_id for m in messages)
-        entry = spb.SendResultEntry(status=status(pb.OK), message_id=ids,
+        ids = (first.system_properties.message_id if len(messages) == 1
+               else ",".join(m.system_properties.message_id for m in messages))
+        entry = spb.SendResultEntry(status=_OK, message_id=ids,
                                     offset=int(response.fields.get("queueOffset", "0")))
-        return spb.SendMessageResponse(status=status(pb.OK), entries=[entry])
+        return spb.SendMessageResponse(status=_OK, entries=[entry])
 
-    @staticmethod
-    def _message_properties(message: pb.Message, topic: str) -> Dict[str, str]:
-        """The stored properties of one message, in the proxy's order (a Java HashMap's)."""
+    def _message_properties(self, message: pb.Message, topic: str) -> str:
+        """The stored properties of one message, in the proxy's order (a Java HashMap's), as
+        the properties text it hands the broker."""
         props: Dict[str, str] = {}
         for key, value in message.user_properties.items():
             if key in SYSTEM_PROPERTIES:
@@ -360,11 +383,16 @@ class GrpcProxy(rpc.MessagingServiceServicer):
             props[P.SHARDING_KEY] = system.message_group
         if system.trace_context:
             props[TRACE_CONTEXT] = system.trace_context
+        names = tuple(props)
+        order = self._orders.get(names)
+        if order is None:  # the order depends on the names alone, and they repeat
+            order = self._orders[names] = P.java_hashmap_order(names)
+            if len(self._orders) > 4096:
+                self._orders.clear()
         try:
-            P.encode_properties(props)
+            return P.encode_properties({k: props[k] for k in order}, trailing_separator=False)
         except ValueError as exc:
             raise _Refused(pb.ILLEGAL_MESSAGE_PROPERTY_KEY, str(exc)) from None
-        return {k: props[k] for k in P.java_hashmap_order(props)}
 
     # ---------------------------------------------------------------- receiving
 

@@ -19,7 +19,7 @@ import os
 import socket
 import time
 import uuid
-from typing import List, Mapping, Optional, Tuple
+from typing import Callable, List, Mapping, Optional, Tuple
 
 from ..acl import Credentials
 
@@ -63,14 +63,11 @@ def hex_signature(credentials: Credentials, content: str) -> str:
     return base64.b64decode(credentials.signature(content.encode("utf-8"))).hex()
 
 
-def request_metadata(client_id: str, namespace: str, version: str,
-                     credentials: Optional[Credentials] = None,
-                     now: Optional[float] = None) -> List[Tuple[str, str]]:
-    """The metadata of one call (a fresh date-time and request id each time)."""
-    stamp = date_time(now)
+def _signed(client_id: str, namespace: str, version: str, credentials: Optional[Credentials],
+            stamp: str) -> List[Tuple[str, str]]:
+    """Every header but the request id, for the date-time ``stamp``."""
     md = [(LANGUAGE, "PYTHON"), (PROTOCOL, "v2"), (CLIENT_VERSION, version),
-          (DATE_TIME, stamp), (REQUEST_ID, str(uuid.uuid4())), (CLIENT_ID, client_id),
-          (NAMESPACE, namespace)]
+          (DATE_TIME, stamp), (CLIENT_ID, client_id), (NAMESPACE, namespace)]
     if credentials is not None:
         if credentials.security_token:
             md.append((SESSION_TOKEN, credentials.security_token))
@@ -78,6 +75,43 @@ def request_metadata(client_id: str, namespace: str, version: str,
                                   f"SignedHeaders={DATE_TIME}, "
                                   f"Signature={hex_signature(credentials, stamp)}"))
     return md
+
+
+def request_metadata(client_id: str, namespace: str, version: str,
+                     credentials: Optional[Credentials] = None,
+                     now: Optional[float] = None) -> List[Tuple[str, str]]:
+    """The metadata of one call (a fresh date-time and request id each time)."""
+    md = _signed(client_id, namespace, version, credentials, date_time(now))
+    md.insert(4, (REQUEST_ID, str(uuid.uuid4())))
+    return md
+
+
+class CallMetadata:
+    """Per-call metadata at the cost of a counter: what :func:`request_metadata` gives, with
+    the signed headers made once per second.
+
+    ``x-mq-date-time`` has one-second resolution and the signature covers only it, so every
+    call within a second carries the same date-time and signature whether it is computed per
+    call or once; only the request id changes per call (a per-client prefix and a counter).
+    Not thread-safe: one event loop calls it."""
+
+    def __init__(self, client_id: str, namespace: str, version: str,
+                 credentials: Optional[Credentials] = None,
+                 clock: Callable[[], float] = time.time):
+        self._args = (client_id, namespace, version, credentials)
+        self._clock = clock
+        self._second = -1
+        self._signed: Tuple[Tuple[str, str], ...] = ()
+        self._ids = itertools.count()
+        self._prefix = uuid.uuid4().hex[:16] + "-"
+
+    def __call__(self) -> Tuple[Tuple[str, str], ...]:
+        now = self._clock()
+        second = int(now)
+        if second != self._second:
+            self._signed = tuple(_signed(*self._args, date_time(second)))
+            self._second = second
+        return self._signed + ((REQUEST_ID, f"{self._prefix}{next(self._ids)}"),)
 
 
 # ----------------------------------------------------------------------------- the server side

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import socket
 import time
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from ..errors import ProtocolError
 from ..producer import Message, SendResult
@@ -29,6 +29,7 @@ from ..protocol.route import MessageQueue
 from . import definition_pb2 as pb
 from . import service_pb2 as spb
 from . import status as S
+from . import wire
 
 # The delay of each 4.x delay level (messageDelayLevel's default), in seconds.
 DELAY_LEVEL_SECONDS = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200,
@@ -93,6 +94,19 @@ def to_proto(message: Message, namespace: str = "", now_ms: Optional[int] = None
     return out
 
 
+def encode(writer: wire.RequestWriter, message: Message, now_ms: int) -> Tuple[bytes, str]:
+    """``message`` as a serialized ``Message`` (what :func:`to_proto` builds, written
+    directly) and its message id; raises ValueError for what the 5.x API cannot carry."""
+    if message.flag:
+        raise ValueError(f"flag={message.flag}: the 5.x proxy API has no message flag")
+    kind = message_type(message)
+    message_id = message.uniq_key or M.new_uniq_key()
+    delivery = delivery_millis(message.delay_level, now_ms) if kind == pb.DELAY else None
+    return writer.message(bytes(message.body), message_id, kind, message.tags,
+                          wire.split_keys(message.keys), message.properties,
+                          message.sharding_key if kind == pb.FIFO else None, delivery), message_id
+
+
 def send_results(response: spb.SendMessageResponse, message_ids: Sequence[str],
                  queue: MessageQueue, address: str) -> List[SendResult]:
     """One :class:`SendResult` per message sent, or the error the proxy reported.
@@ -100,8 +114,16 @@ def send_results(response: spb.SendMessageResponse, message_ids: Sequence[str],
     A call of several messages is stored as one batch: the proxy answers one entry whose
     ``message_id`` lists every id (comma-separated) and whose offset is the first message's.
     ``queue`` is what we know of the queue (the proxy does not say which it chose)."""
+    entries = response.entries
+    if len(message_ids) == 1 and len(entries) == 1:  # one message per call: the usual case
+        entry = entries[0]
+        if response.status.code not in S.OK_CODES or entry.status.code not in S.OK_CODES:
+            S.check(response.status, "SendMessage", address)
+            S.check(entry.status, "SendMessage", address)
+        return [SendResult(SEND_OK, entry.message_id or message_ids[0], "", queue,
+                           entry.offset)]
     S.check(response.status, "SendMessage", address)
-    entries = list(response.entries)
+    entries = list(entries)
     for entry in entries:
         S.check(entry.status, "SendMessage", address)
     n = len(message_ids)

@@ -12,18 +12,22 @@ call of its own (many calls in flight); ``multi_message_calls=True`` packs the n
 messages of one :meth:`GrpcProducer.send_async` into one call, for a proxy known to keep each
 message's own properties.
 
-Before the first send the producer declares itself as the official clients do: its settings over
-a Telemetry stream (the proxy answers with the largest body it takes), then a Heartbeat; the
-heartbeat is repeated every ``HEARTBEAT_INTERVAL`` seconds while the producer sends.
+The producer introduces itself as the official clients do: QueryRoute for a topic first, then,
+before the first send, its settings over a Telemetry stream (the proxy answers with the largest
+body it takes) and a Heartbeat; the heartbeat is repeated every ``HEARTBEAT_INTERVAL`` seconds
+while the producer sends.
 """
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence
 
 import grpc
+from grpc import aio
 
 from ... import __version__
 from ..acl import Credentials
@@ -36,8 +40,10 @@ from . import definition_pb2 as pb
 from . import service_pb2 as spb
 from . import service_pb2_grpc as rpc
 from . import status as S
+from . import wire
 from .dispatch import Call, Dispatcher
 from .endpoints import ProxyEndpoints, parse_endpoints
+from .io_loop import IoLoop
 from .queue_choice import queue_for_group
 from .telemetry import Session, producer_settings
 from .tls import channel_credentials
@@ -51,6 +57,8 @@ DEFAULT_MAX_BODY_SIZE = 4 * 1024 * 1024
 MESSAGE_TYPE_NAMES = {pb.NORMAL: "NORMAL", pb.FIFO: "FIFO", pb.DELAY: "DELAY",
                       pb.TRANSACTION: "TRANSACTION"}
 _WRITABLE = (pb.WRITE, pb.READ_WRITE)
+SEND_MESSAGE = "/apache.rocketmq.v2.MessagingService/SendMessage"
+MAX_QUEUED = 100_000  # messages submitted and not yet answered, before a send waits
 
 
 class _Route:
@@ -75,14 +83,18 @@ class GrpcSendFuture:
         self._done = threading.Event()
         self._lock = threading.Lock()
         self._callbacks: List[Callable[["GrpcSendFuture"], None]] = []
+        self._on_finish: Optional[Callable[[], None]] = None
 
-    def _expect(self, calls: int) -> None:
+    def _expect(self, calls: int, on_finish: Optional[Callable[[], None]] = None) -> None:
         self._remaining = calls
+        self._on_finish = on_finish
         if calls == 0:
-            self._done.set()
+            self._finish()
 
-    def _part_done(self, indexes: Sequence[int], results: Optional[list],
+    def _call_done(self, call, results: Optional[list],
                    error: Optional[BaseException]) -> None:
+        """One call's outcome (on the producer's loop)."""
+        indexes = call.context[0]
         with self._lock:
             if error is not None:
                 self._error = self._error or error
@@ -90,12 +102,18 @@ class GrpcSendFuture:
                 for i, r in zip(indexes, results):
                     self._results[i] = r
             self._remaining -= 1
-            finished = self._remaining == 0
-            callbacks = list(self._callbacks) if finished else []
-        if finished:
+            if self._remaining:
+                return
+        self._finish()
+
+    def _finish(self) -> None:
+        with self._lock:
             self._done.set()
-            for fn in callbacks:
-                _run_callback(fn, self)
+            callbacks, self._callbacks = self._callbacks, []
+        if self._on_finish is not None:
+            self._on_finish()
+        for fn in callbacks:
+            _run_callback(fn, self)
 
     def done(self) -> bool:
         return self._done.is_set()
@@ -131,6 +149,35 @@ def _run_callback(fn, future) -> None:
         log.exception("a GrpcSendFuture callback raised")
 
 
+class _Budget:
+    """How many messages may be submitted and not yet answered: a send waits for room."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._used = 0
+        self._closed = False
+        self._cv = threading.Condition()
+
+    def take(self, n: int, timeout: float, address: str) -> None:
+        with self._cv:
+            if not self._cv.wait_for(lambda: self._closed or self._used == 0
+                                     or self._used + n <= self.limit, timeout):
+                raise RequestTimeout(address, "SendMessage (waiting for queue space)", timeout)
+            if self._closed:
+                raise ClientClosed("the GrpcProducer is closed")
+            self._used += n
+
+    def give(self, n: int) -> None:
+        with self._cv:
+            self._used -= n
+            self._cv.notify_all()
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+
+
 class GrpcProducer:
     """Sends messages through the 5.x proxy at ``endpoints`` (``host:port[;host:port]``).
 
@@ -140,13 +187,17 @@ class GrpcProducer:
     proxy's ACL). ``send_timeout`` is each call's deadline; at most ``max_in_flight`` calls
     are pending at once, the rest wait in order. ``multi_message_calls``: see the module
     docstring (off: one message per call, what Apache's proxy stores faithfully). Thread-safe.
+
+    The calls run on an event loop in a thread of the producer's own (grpc.aio), so a call
+    costs no thread hand-off of its own: callbacks added to a :class:`GrpcSendFuture` run on
+    that thread and must not block.
     """
 
     def __init__(self, endpoints: str, *, group: str = "rocketmq-spark-producer",
                  credentials: Optional[Credentials] = None, tls: bool = True,
                  tls_verify: bool = True, tls_ca_file: Optional[str] = None,
                  namespace: str = "", send_timeout: float = 5.0, max_in_flight: int = 64,
-                 multi_message_calls: bool = False):
+                 multi_message_calls: bool = False, max_queued: int = MAX_QUEUED):
         self.endpoints: ProxyEndpoints = parse_endpoints(endpoints)
         if send_timeout <= 0:
             raise ValueError(f"send_timeout must be positive, got {send_timeout}")
@@ -159,14 +210,19 @@ class GrpcProducer:
         self.tls_ca_file = tls_ca_file
         self.namespace = namespace or ""
         self.send_timeout = send_timeout
+        self.max_in_flight = max_in_flight
         self.client_id = auth.new_client_id()
         self.max_body_size = DEFAULT_MAX_BODY_SIZE
         self._address = str(self.endpoints)
         self.multi_message_calls = multi_message_calls
-        self._dispatcher = Dispatcher(max_in_flight)
+        self._metadata = auth.CallMetadata(self.client_id, self.namespace, VERSION, credentials)
+        self._budget = _Budget(max_queued)
         self._lock = threading.Lock()
-        self._channel: Optional[grpc.Channel] = None
+        self._io: Optional[IoLoop] = None
+        self._channel: Optional[aio.Channel] = None
         self._stub: Optional[rpc.MessagingServiceStub] = None
+        self._send_call = None
+        self._dispatcher: Optional[Dispatcher] = None
         self._session: Optional[Session] = None
         self._routes: Dict[str, _Route] = {}
         self._last_heartbeat = 0.0
@@ -178,66 +234,114 @@ class GrpcProducer:
 
     # ------------------------------------------------------------------ connection
 
-    def _metadata(self) -> List[Tuple[str, str]]:
-        return auth.request_metadata(self.client_id, self.namespace, VERSION, self.credentials)
-
-    def _connect(self) -> rpc.MessagingServiceStub:
-        """The stub, after the settings exchange and a first heartbeat (once)."""
-        stub = self._stub
-        if stub is not None:
-            return stub
+    def _connect(self) -> IoLoop:
+        """The I/O loop with the channel open (once)."""
+        io = self._io
+        if io is not None:
+            return io
         with self._lock:
             if self._closed:
                 raise ClientClosed("the GrpcProducer is closed")
-            if self._stub is not None:
-                return self._stub
-            channel = self._open_channel()
+            if self._io is not None:
+                return self._io
+            credentials = None
+            if self.tls:  # may fetch the presented certificate: blocking, so not on the loop
+                host, port = self.endpoints.first
+                credentials = channel_credentials(host, port, self.tls_verify,
+                                                  self.tls_ca_file, self.send_timeout)
+            io = IoLoop()
             try:
-                stub = rpc.MessagingServiceStub(channel)
-                session = Session(stub, self._metadata(), self._address)
-                answer = session.start(producer_settings(
-                    self.endpoints.to_proto(), [], self.send_timeout, VERSION), self.send_timeout)
-                if answer.HasField("publishing") and answer.publishing.max_body_size > 0:
-                    self.max_body_size = answer.publishing.max_body_size
-                self._heartbeat(stub, wait=True)
+                io.run(self._open(credentials), self._wait_limit(1))
             except BaseException:
-                channel.close()
+                io.stop()
                 raise
-            self._channel, self._session, self._stub = channel, session, stub
-            return stub
+            self._io = io
+            return io
 
-    def _open_channel(self) -> grpc.Channel:
+    def _wait_limit(self, calls: int) -> float:
+        """How long a caller waits for ``calls`` consecutive calls (each has its deadline)."""
+        return calls * self.send_timeout + 5.0
+
+    async def _open(self, credentials) -> None:
         options = [("grpc.enable_retries", 0), ("grpc.max_send_message_length", -1),
                    ("grpc.max_receive_message_length", -1)]
-        if not self.tls:
-            return grpc.insecure_channel(self.endpoints.target, options)
-        host, port = self.endpoints.first
-        credentials, extra = channel_credentials(host, port, self.tls_verify, self.tls_ca_file,
-                                                 self.send_timeout)
-        return grpc.secure_channel(self.endpoints.target, credentials, options + extra)
+        if credentials is None:
+            channel = aio.insecure_channel(self.endpoints.target, options)
+        else:
+            creds, extra = credentials
+            channel = aio.secure_channel(self.endpoints.target, creds, options + extra)
+        self._channel = channel
+        self._stub = rpc.MessagingServiceStub(channel)
+        # SendMessage takes the request serialized already (see wire.py).
+        self._send_call = channel.unary_unary(
+            SEND_MESSAGE, request_serializer=None,
+            response_deserializer=spb.SendMessageResponse.FromString, _registered_method=True)
+        self._dispatcher = Dispatcher(self.max_in_flight, self._invoke)
 
-    def _heartbeat(self, stub: rpc.MessagingServiceStub, wait: bool = False) -> None:
-        self._last_heartbeat = time.monotonic()
-        request = spb.HeartbeatRequest(client_type=pb.PRODUCER)
-        if wait:
-            response = self._unary(stub.Heartbeat, request, "Heartbeat")
-            S.check(response.status, "Heartbeat", self._address)
+    def _declare(self, io: IoLoop) -> None:
+        """Before the first send, as the official clients do after their first QueryRoute:
+        the settings over a Telemetry stream, then a first Heartbeat (once)."""
+        if self._session is not None:
             return
-        future = stub.Heartbeat.future(request, timeout=self.send_timeout,
-                                       metadata=self._metadata())
-        future.add_done_callback(self._heartbeat_done)
+        with self._lock:
+            if self._session is None:
+                self._run(io, self._start_session(), 2)
 
-    def _heartbeat_done(self, future) -> None:
+    async def _start_session(self) -> None:
+        session = Session(self._stub, self._metadata(), self._address)
+        answer = await session.start(producer_settings(
+            self.endpoints.to_proto(), [], self.send_timeout, VERSION), self.send_timeout)
         try:
-            S.check(future.result().status, "Heartbeat", self._address)
-        except (grpc.RpcError, RocketMQError) as exc:
-            log.info("heartbeat to proxy %s failed: %s", self._address, exc)
+            if answer.HasField("publishing") and answer.publishing.max_body_size > 0:
+                self.max_body_size = answer.publishing.max_body_size
+            self._last_heartbeat = time.monotonic()
+            response = await self._unary(self._stub.Heartbeat, spb.HeartbeatRequest(
+                client_type=pb.PRODUCER), "Heartbeat")
+            S.check(response.status, "Heartbeat", self._address)
+        except BaseException:
+            session.close()
+            raise
+        self._session = session
 
-    def _unary(self, method, request, name: str):
+    def _run(self, io: IoLoop, coro, calls: int = 1):
+        """Run ``coro`` on the loop and wait (from a caller's thread)."""
         try:
-            return method(request, timeout=self.send_timeout, metadata=self._metadata())
+            return io.run(coro, self._wait_limit(calls))
+        except RuntimeError:
+            if self._closed:
+                raise ClientClosed("the GrpcProducer is closed") from None
+            raise
+        except concurrent.futures.TimeoutError:
+            raise RequestTimeout(self._address, "a call to the proxy",
+                                 self.send_timeout) from None
+
+    async def _close_channel(self) -> None:
+        if self._session is not None:
+            self._session.close()
+        if self._channel is not None:
+            await self._channel.close()
+
+    async def _unary(self, method, request, name: str):
+        try:
+            return await method(request, timeout=self.send_timeout, metadata=self._metadata())
         except grpc.RpcError as exc:
             raise S.rpc_error(exc, name, self._address, self.send_timeout) from None
+
+    def _call(self, method_name: str, request, name: str):
+        """A unary call from a caller's thread, waiting for its answer."""
+        io = self._connect()
+        return self._run(io, self._unary(getattr(self._stub, method_name), request, name))
+
+    def _heartbeat_soon(self) -> None:
+        """(loop) Repeat the heartbeat in the background; a failure is only logged."""
+        async def beat():
+            try:
+                response = await self._unary(self._stub.Heartbeat, spb.HeartbeatRequest(
+                    client_type=pb.PRODUCER), "Heartbeat")
+                S.check(response.status, "Heartbeat", self._address)
+            except RocketMQError as exc:
+                log.info("heartbeat to proxy %s failed: %s", self._address, exc)
+        asyncio.get_running_loop().create_task(beat())
 
     # ------------------------------------------------------------------ routes
 
@@ -245,8 +349,7 @@ class GrpcProducer:
         route = self._routes.get(topic)
         if route is not None and not refresh and time.monotonic() - route.fetched < ROUTE_TTL:
             return route
-        stub = self._connect()
-        response = self._unary(stub.QueryRoute, spb.QueryRouteRequest(
+        response = self._call("QueryRoute", spb.QueryRouteRequest(
             topic=pb.Resource(name=topic, resource_namespace=self.namespace),
             endpoints=self.endpoints.to_proto()), "QueryRoute")
         if response.status.code == pb.TOPIC_NOT_FOUND:
@@ -278,18 +381,19 @@ class GrpcProducer:
     # ------------------------------------------------------------------ sending
 
     def _check(self, messages: Sequence[Message], route: _Route) -> None:
+        accepts = route.accepts
+        limit = self.max_body_size
         for i, m in enumerate(messages):
             size = len(m.body)
             if size == 0:
                 raise ValueError(f"message {i} of the call has an empty body; the 5.x proxy "
                                  "refuses empty bodies")
-            if size > self.max_body_size:
+            if size > limit:
                 raise ValueError(f"message {i} of the call has a body of {size:,} bytes; the "
-                                 f"proxy takes at most {self.max_body_size:,}")
+                                 f"proxy takes at most {limit:,}")
             kind = convert.message_type(m)
-            if route.accepts and kind not in route.accepts:
-                taken = ", ".join(sorted(MESSAGE_TYPE_NAMES.get(t, str(t))
-                                         for t in route.accepts))
+            if accepts and kind not in accepts:
+                taken = ", ".join(sorted(MESSAGE_TYPE_NAMES.get(t, str(t)) for t in accepts))
                 raise ValueError(f"topic {m.topic!r} takes {taken} messages only; message {i} "
                                  f"is {MESSAGE_TYPE_NAMES[kind]}")
 
@@ -303,59 +407,62 @@ class GrpcProducer:
         call's queue itself; each result's ``queue`` says what is known of it.
 
         Raises ValueError for messages the 5.x API cannot carry, before sending anything."""
-        if queue is not None and queue.topic != messages[0].topic if messages else False:
-            raise ValueError(f"queue {queue} is not of topic {messages[0].topic!r}")
         if not messages:
             raise ValueError("send_async needs at least one message")
         topic = messages[0].topic
+        if queue is not None and queue.topic != topic:
+            raise ValueError(f"queue {queue} is not of topic {topic!r}")
         if any(m.topic != topic for m in messages):
             raise ValueError("all messages of one send_async must have the same topic")
         route = self._route(topic)
+        io = self._connect()
+        self._declare(io)  # (learns the largest body the proxy takes)
         self._check(messages, route)
         now_ms = int(time.time() * 1000)
-        protos = [convert.to_proto(m, self.namespace, now_ms) for m in messages]
-        stub = self._connect()
-        if time.monotonic() - self._last_heartbeat > HEARTBEAT_INTERVAL:
-            self._heartbeat(stub)
-        future = GrpcSendFuture(len(messages), self._address)
+        writer = wire.RequestWriter(topic, self.namespace, convert.BORN_HOST, now_ms)
+        encoded = [convert.encode(writer, m, now_ms) for m in messages]
+        count = len(messages)
+        future = GrpcSendFuture(count, self._address)
         unknown = MessageQueue(topic, "", convert.UNKNOWN_QUEUE_ID)
         calls: List[Call] = []
+        part_done = future._call_done
         plain = [i for i, m in enumerate(messages) if not m.sharding_key]
         if self.multi_message_calls and len(plain) > 1:
-            calls.append(self._call(stub, future, plain, protos, unknown, None))
+            calls.append(Call(writer.request([encoded[i][0] for i in plain]), None, part_done,
+                              (plain, [encoded[i][1] for i in plain], unknown)))
             plain = []
         for i in plain:
-            calls.append(self._call(stub, future, [i], protos, unknown, None))
+            body, mid = encoded[i]
+            calls.append(Call(writer.request((body,)), None, part_done, ((i,), (mid,), unknown)))
         for i, m in enumerate(messages):
             if m.sharding_key:
                 target = queue_for_group(route.queues, m.sharding_key) if route.queues else unknown
-                calls.append(self._call(stub, future, [i], protos, target, m.sharding_key))
-        future._expect(len(calls))
-        self._dispatcher.submit(calls, self.send_timeout)
+                body, mid = encoded[i]
+                calls.append(Call(writer.request((body,)), m.sharding_key, part_done,
+                                  ((i,), (mid,), target)))
+        self._budget.take(count, self.send_timeout, self._address)
+        future._expect(len(calls), lambda: self._budget.give(count))
+        if time.monotonic() - self._last_heartbeat > HEARTBEAT_INTERVAL:
+            self._last_heartbeat = time.monotonic()
+            self._submit(io, self._heartbeat_soon)
+        self._submit(io, self._dispatcher.submit, calls)
         return future
 
-    def _call(self, stub, future: GrpcSendFuture, indexes: List[int], protos: List[pb.Message],
-              target: MessageQueue, group: Optional[str]) -> Call:
-        request = spb.SendMessageRequest(messages=[protos[i] for i in indexes])
-        ids = [protos[i].system_properties.message_id for i in indexes]
+    def _submit(self, io: IoLoop, fn, *args) -> None:
+        try:
+            io.call_soon(fn, *args)
+        except RuntimeError:  # the loop is closed: close() ran meanwhile
+            raise ClientClosed("the GrpcProducer is closed") from None
 
-        def start():
-            return stub.SendMessage.future(request, timeout=self.send_timeout,
-                                           metadata=self._metadata())
-
-        def finish(call) -> List[SendResult]:
-            try:
-                response = call.result()
-            except grpc.FutureCancelledError:
-                raise ClientClosed("the SendMessage call was cancelled (producer closed)") \
-                    from None
-            except grpc.RpcError as exc:
-                raise S.rpc_error(exc, "SendMessage", self._address, self.send_timeout) \
-                    from None
-            return convert.send_results(response, ids, target, self._address)
-
-        return Call(start, finish, group,
-                    lambda results, error: future._part_done(indexes, results, error))
+    async def _invoke(self, call: Call) -> List[SendResult]:
+        """(loop) One SendMessage call: its results, or the error it ended with."""
+        try:
+            response = await self._send_call(call.request, timeout=self.send_timeout,
+                                             metadata=self._metadata())
+        except grpc.RpcError as exc:
+            raise S.rpc_error(exc, "SendMessage", self._address, self.send_timeout) from None
+        _, ids, target = call.context
+        return convert.send_results(response, ids, target, self._address)
 
     def send(self, messages: Sequence[Message],
              queue: Optional[MessageQueue] = None) -> List[SendResult]:
@@ -370,21 +477,29 @@ class GrpcProducer:
             if self._closed:
                 return
             self._closed = True
-            self._dispatcher.close("the GrpcProducer is closed")
-            stub, session, channel = self._stub, self._session, self._channel
-            self._stub = self._session = self._channel = None
-        if stub is not None:
+            io, self._io = self._io, None
+        self._budget.close()
+        if io is None:
+            return
+        try:
+            io.run(self._shutdown(), self._wait_limit(1))
+        except Exception as exc:  # noqa: BLE001 - closing goes on regardless
+            log.info("closing the GrpcProducer for proxy %s: %s", self._address, exc)
+        finally:
+            io.stop()
+
+    async def _shutdown(self) -> None:
+        self._dispatcher.close("the GrpcProducer is closed")
+        if self._session is not None:
+            timeout = min(self.send_timeout, 2.0)
             try:
-                stub.NotifyClientTermination(
-                    spb.NotifyClientTerminationRequest(), timeout=min(self.send_timeout, 2.0),
+                await self._stub.NotifyClientTermination(
+                    spb.NotifyClientTerminationRequest(), timeout=timeout,
                     metadata=self._metadata())
             except grpc.RpcError as exc:
                 log.info("NotifyClientTermination to proxy %s failed: %s", self._address,
-                         S.rpc_error(exc, "NotifyClientTermination", self._address, 2.0))
-        if session is not None:
-            session.close()
-        if channel is not None:
-            channel.close()
+                         S.rpc_error(exc, "NotifyClientTermination", self._address, timeout))
+        await self._close_channel()
 
     def __enter__(self) -> "GrpcProducer":
         return self

@@ -4,11 +4,11 @@ off). Official clients keep the stream open for the client's life; so does :clas
 """
 from __future__ import annotations
 
-import queue
-import threading
-from typing import Iterator, Optional, Sequence
+import asyncio
+from typing import Optional, Sequence
 
 import grpc
+from grpc import aio
 
 from ..errors import ProxyError, RequestTimeout
 from . import definition_pb2 as pb
@@ -29,58 +29,97 @@ def producer_settings(access_point: pb.Endpoints, topics: Sequence[pb.Resource],
 
 
 class Session:
-    """One open Telemetry stream. :meth:`start` sends the settings and waits for the answer."""
+    """One open Telemetry stream on the producer's event loop. :meth:`start` sends the
+    settings and waits for the answer; later commands from the proxy are read and dropped
+    (a producer acts on none of them) so that the stream never stalls."""
 
     def __init__(self, stub, metadata, address: str):
         self._stub = stub
         self._metadata = metadata
         self._address = address
-        self._outgoing: "queue.SimpleQueue[Optional[spb.TelemetryCommand]]" = queue.SimpleQueue()
         self._call = None
+        self._reader: Optional[asyncio.Task] = None
+        self._first_status = None
 
-    def _requests(self) -> Iterator[spb.TelemetryCommand]:
-        while True:
-            command = self._outgoing.get()
-            if command is None:
-                return
-            yield command
-
-    def start(self, settings: pb.Settings, timeout: float) -> pb.Settings:
+    async def start(self, settings: pb.Settings, timeout: float) -> pb.Settings:
         """Open the stream, send ``settings`` and return the proxy's answer (or raise)."""
-        self._outgoing.put(spb.TelemetryCommand(settings=settings))
-        self._call = self._stub.Telemetry(self._requests(), metadata=self._metadata)
-        expired = threading.Event()
-
-        def expire():
-            expired.set()
-            self._call.cancel()
-
-        timer = threading.Timer(timeout, expire)
-        timer.daemon = True
-        timer.start()
+        self._call = self._stub.Telemetry(metadata=self._metadata)
+        self._call.add_done_callback(self._record_status)
         try:
-            for command in self._call:
-                if command.HasField("status"):
-                    S.check(command.status, "Telemetry", self._address)
-                if command.HasField("settings"):
-                    return command.settings
+            return await asyncio.wait_for(self._exchange(settings), timeout)
+        except asyncio.TimeoutError:
+            self.close()
+            raise RequestTimeout(self._address, "Telemetry (client settings)", timeout) \
+                from None
         except grpc.RpcError as exc:
-            if expired.is_set():
-                self.close()
-                raise RequestTimeout(self._address, "Telemetry (client settings)",
-                                     timeout) from None
             self.close()
             raise S.rpc_error(exc, "Telemetry", self._address, timeout) from None
         except BaseException:
             self.close()
             raise
-        finally:
-            timer.cancel()
-        self.close()
-        raise ProxyError(0, "CANCELLED", "the proxy ended the settings stream without settings",
-                         "Telemetry", self._address, transient=True)
+
+    async def _exchange(self, settings: pb.Settings) -> pb.Settings:
+        # Read while writing: a proxy that refuses the client (ACL) answers and ends the
+        # stream without reading, which fails the write; its answer is what tells why.
+        reading = asyncio.ensure_future(self._call.read())
+        write_failed = False
+        try:
+            await self._call.write(spb.TelemetryCommand(settings=settings))
+        except (grpc.RpcError, asyncio.InvalidStateError):
+            write_failed = True  # the read says what became of the call
+        except BaseException:
+            reading.cancel()
+            raise
+        while True:
+            try:
+                command = await reading
+            except aio.AioRpcError as exc:
+                if write_failed and exc.code() is grpc.StatusCode.INTERNAL:
+                    raise self._real_error(exc) from None
+                raise
+            if command is aio.EOF:
+                raise ProxyError(0, "CANCELLED", "the proxy ended the settings stream without "
+                                 "settings", "Telemetry", self._address, transient=True)
+            if command.HasField("status"):
+                S.check(command.status, "Telemetry", self._address)
+            if command.HasField("settings"):
+                self._reader = asyncio.get_running_loop().create_task(self._drain())
+                return command.settings
+            reading = asyncio.ensure_future(self._call.read())
+
+    def _record_status(self, call) -> None:
+        """The call's first status, kept: grpc.aio reports a write to a stream the server has
+        already ended (a refusal) as INTERNAL, replacing the status the server sent."""
+        if self._first_status is None:
+            self._first_status = (_settled(call.code()), _settled(call.details()))
+
+    def _real_error(self, internal: aio.AioRpcError) -> aio.AioRpcError:
+        code, details = self._first_status or (None, None)
+        if code is None or code is grpc.StatusCode.INTERNAL:
+            return internal
+        return aio.AioRpcError(code, aio.Metadata(), aio.Metadata(), details)
+
+    async def _drain(self) -> None:
+        try:
+            while await self._call.read() is not aio.EOF:
+                pass
+        except (grpc.RpcError, asyncio.CancelledError, asyncio.InvalidStateError):
+            pass
 
     def close(self) -> None:
-        self._outgoing.put(None)
+        """End the stream (on the loop thread)."""
+        if self._reader is not None:
+            self._reader.cancel()
         if self._call is not None:
             self._call.cancel()
+
+
+def _settled(coro):
+    """The value of a call's coroutine accessor once the call is done (it returns without
+    waiting then); None if it would wait."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    coro.close()
+    return None

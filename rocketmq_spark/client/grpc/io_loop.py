@@ -1,0 +1,80 @@
+"""The producer's I/O thread: an asyncio event loop that owns its grpc.aio channel.
+
+gRPC's synchronous API completes every call on a channel thread of its own and hands each
+completion to Python through locks and condition variables; with one message per call that
+costs more than the message. grpc.aio completes calls on the loop that started them, many per
+wake-up, so a producer runs one loop in a daemon thread: other threads hand it work in bulk
+(:meth:`IoLoop.call_soon`, one wake-up per send) or run a coroutine there and wait
+(:meth:`IoLoop.run`).
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import Any, Awaitable, Callable, Optional
+
+
+class IoLoop:
+    """An event loop running in a daemon thread until :meth:`stop`."""
+
+    def __init__(self, name: str = "rocketmq-grpc-io"):
+        self.loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+        self._started.wait()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._started.set)
+        try:
+            self.loop.run_forever()
+        finally:
+            try:
+                pending = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
+                for task in pending:
+                    task.cancel()
+                if pending:
+                    self.loop.run_until_complete(
+                        asyncio.gather(*pending, return_exceptions=True))
+                self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            finally:
+                self.loop.close()
+
+    @property
+    def in_loop_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the loop (from any thread)."""
+        self.loop.call_soon_threadsafe(fn, *args)
+
+    def submit(self, coro: Awaitable) -> "concurrent.futures.Future":
+        """Start ``coro`` on the loop; a future of its outcome."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Awaitable, timeout: Optional[float] = None) -> Any:
+        """Run ``coro`` on the loop and wait for its outcome (not from the loop thread: a
+        callback that runs there must not wait on the producer)."""
+        if self.in_loop_thread:
+            coro.close()
+            raise RuntimeError("a GrpcProducer call that waits was made from the producer's "
+                               "own I/O thread (a done callback); callbacks must not block")
+        future = self.submit(coro)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the loop (its unfinished tasks are cancelled) and wait for the thread."""
+        if self.loop.is_closed():
+            return
+        try:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        except RuntimeError:  # closed meanwhile
+            return
+        if not self.in_loop_thread:
+            self._thread.join(timeout)
