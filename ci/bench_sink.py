@@ -22,6 +22,9 @@ topic must have grown by exactly the rows sent.
   same pipeline, i.e. what the broker accepts when the client spends nothing on encoding.
 * noop: the same DataFrame written with ``format("noop")``: what Spark itself spends making
   the rows.
+* grpc: the same write through the 5.x proxy's gRPC API (``option("endpoints", ...)``, the
+  embedded proxy, plaintext) on ``--grpc-rows`` rows (default 20,000; one message per call is
+  far slower), a rate, so comparable; reported as a ratio of ours (issue 9: >= 0.3).
 
 ``--warmup`` (1) untimed round, then ``--runs`` (3) timed rounds with the cases interleaved;
 medians are reported. CPU seconds per case and role (embedded server, Spark's JVM, its Python
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import statistics
 import sys
 import time
@@ -54,7 +58,7 @@ from rocketmq_spark.client.admin import Admin  # noqa: E402
 from rocketmq_spark.client.pipeline import Outgoing  # noqa: E402
 
 TOPICS = {"ours": "BenchSink", "client": "BenchClient", "cpp": "BenchCpp",
-          "ceiling": "BenchCeiling"}
+          "ceiling": "BenchCeiling", "grpc": "BenchGrpcSink"}
 BATCH_BYTES = 1024 * 1024
 
 
@@ -120,6 +124,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--cpp-rows", type=int, default=100_000)
+    p.add_argument("--grpc-rows", type=int, default=20_000)
     p.add_argument("--size", type=int, default=100)
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--queues", type=int, default=4)
@@ -128,7 +133,7 @@ def main() -> None:
     p.add_argument("--skip-cpp", action="store_true")
     p.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE",
                    help="an option for our sink (repeatable), e.g. maxBatchBytes=262144")
-    p.add_argument("--cases", default="ours,client,cpp,ceiling,noop",
+    p.add_argument("--cases", default="ours,client,cpp,ceiling,noop,grpc",
                    help="comma list of the cases to run")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args()
@@ -136,15 +141,23 @@ def main() -> None:
     flags = []
     for topic in TOPICS.values():
         flags += ["--topic", f"{topic}:{args.queues}"]
+    proxy = None
+    if "grpc" in args.cases.split(","):
+        with socket.socket() as s:  # a free port for the embedded proxy
+            s.bind(("127.0.0.1", 0))
+            proxy = f"127.0.0.1:{s.getsockname()[1]}"
+        flags += ["--grpc-proxy", "--grpc-proxy-plaintext", "--grpc-proxy-port",
+                  proxy.rsplit(":", 1)[1]]
     server, namesrv = start_server(*flags)
     spark = make_spark()
     print(f"embedded broker at {namesrv} (pid {server.pid}); {args.rows:,} x {args.size} B rows, "
           f"{args.partitions} partitions, {args.queues} queues", flush=True)
     results: Dict[str, List[Dict]] = {k: [] for k in ("ours", "client", "cpp", "ceiling",
-                                                      "noop")}
+                                                      "noop", "grpc")}
     try:
         df = rows_df(spark, args.rows, args.partitions, args.size)
         cpp_df = rows_df(spark, args.cpp_rows, args.partitions, args.size)
+        grpc_df = rows_df(spark, args.grpc_rows, args.partitions, args.size)
         bodies = [str(i).rjust(args.size, "x")[:args.size].encode() for i in range(args.rows)]
         producer = Producer(namesrv, max_in_flight_per_broker=4)
         ceiling_request = producer.encode_batch(
@@ -178,12 +191,18 @@ def main() -> None:
         def noop():
             df.write.format("noop").mode("append").save()
 
+        def grpc():
+            (grpc_df.write.format("rocketmq").mode("append").option("endpoints", proxy)
+             .option("tls", "false").option("topic", TOPICS["grpc"]).save())
+
         holder: Dict[str, float] = {}
         cases = [("ours", args.rows, TOPICS["ours"], ours),
                  ("client", args.rows, TOPICS["client"], client),
                  ("ceiling", (args.rows // ceiling_count) * ceiling_count, TOPICS["ceiling"],
                   ceiling),
                  ("noop", args.rows, None, noop)]
+        if proxy is not None:
+            cases.append(("grpc", args.grpc_rows, TOPICS["grpc"], grpc))
         if not args.skip_cpp:
             cases.insert(2, ("cpp", args.cpp_rows, TOPICS["cpp"], cpp))
         wanted = set(args.cases.split(","))
@@ -221,13 +240,16 @@ def main() -> None:
         ratios["ours_vs_client"] = round(ours_rate / summary["client"]["rows_per_s"], 3)
     if ours_rate and "cpp" in summary:
         ratios["ours_vs_cpp_send_sync"] = round(ours_rate / summary["cpp"]["rows_per_s"], 1)
+    if ours_rate and "grpc" in summary:
+        ratios["grpc_vs_ours"] = round(summary["grpc"]["rows_per_s"] / ours_rate, 3)
     out = {"args": vars(args), "summary": {k: v["rows_per_s"] for k, v in summary.items()},
            "ratios": ratios, "runs": results}
     print()
     print(f"{'case':32s} {'rows/s (median)':>16s}")
     labels = {"ours": "ours: df.write rocketmq", "client": "(a) our Producer.send_many",
               "cpp": "(b) foreachPartition + C++ sync", "ceiling": "wire ceiling (prebuilt)",
-              "noop": "df.write noop (Spark alone)"}
+              "noop": "df.write noop (Spark alone)",
+              "grpc": "df.write rocketmq via gRPC proxy"}
     for name, label in labels.items():
         if name in summary:
             print(f"{label:32s} {summary[name]['rows_per_s']:>16,.0f}")
@@ -236,6 +258,8 @@ def main() -> None:
         print(f"ours / (a) = {ratios['ours_vs_client']:.2f}   (target >= 0.5)")
     if "ours_vs_cpp_send_sync" in ratios:
         print(f"ours / (b) = {ratios['ours_vs_cpp_send_sync']:.1f}   (target >= 10)")
+    if "grpc_vs_ours" in ratios:
+        print(f"gRPC / ours = {ratios['grpc_vs_ours']:.3f}   (issue 9 asks >= 0.3)")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
 

@@ -6,11 +6,16 @@ costs more than the message. grpc.aio completes calls on the loop that started t
 wake-up, so a producer runs one loop in a daemon thread: other threads hand it work in bulk
 (:meth:`IoLoop.call_soon`, one wake-up per send) or run a coroutine there and wait
 (:meth:`IoLoop.run`).
+
+Every producer of a process shares one loop (:func:`shared_io_loop`) that is never closed:
+grpc.aio's poller thread keeps handing completions to the loop it first served, so a closed
+loop makes it print "Event loop is closed" tracebacks, and a second loop is not supported.
 """
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import threading
 from typing import Any, Awaitable, Callable, Optional
 
@@ -78,3 +83,18 @@ class IoLoop:
             return
         if not self.in_loop_thread:
             self._thread.join(timeout)
+
+
+_shared: Optional[IoLoop] = None
+_shared_pid = 0
+_shared_lock = threading.Lock()
+
+
+def shared_io_loop() -> IoLoop:
+    """This process's I/O loop for grpc.aio, started on first use (again in a forked child,
+    which does not inherit the parent's thread) and never stopped."""
+    global _shared, _shared_pid
+    with _shared_lock:
+        if _shared is None or _shared_pid != os.getpid():
+            _shared, _shared_pid = IoLoop(), os.getpid()
+        return _shared

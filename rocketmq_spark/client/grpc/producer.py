@@ -43,7 +43,7 @@ from . import status as S
 from . import wire
 from .dispatch import Call, Dispatcher
 from .endpoints import ProxyEndpoints, parse_endpoints
-from .io_loop import IoLoop
+from .io_loop import IoLoop, shared_io_loop
 from .queue_choice import queue_for_group
 from .telemetry import Session, producer_settings
 from .tls import channel_credentials
@@ -249,11 +249,15 @@ class GrpcProducer:
                 host, port = self.endpoints.first
                 credentials = channel_credentials(host, port, self.tls_verify,
                                                   self.tls_ca_file, self.send_timeout)
-            io = IoLoop()
+            io = shared_io_loop()
             try:
                 io.run(self._open(credentials), self._wait_limit(1))
             except BaseException:
-                io.stop()
+                if self._channel is not None:  # the loop is shared: close what _open made
+                    try:
+                        io.run(self._close_channel(), 5.0)
+                    except Exception:  # noqa: BLE001 - the first error is the one to raise
+                        pass
                 raise
             self._io = io
             return io
@@ -485,8 +489,6 @@ class GrpcProducer:
             io.run(self._shutdown(), self._wait_limit(1))
         except Exception as exc:  # noqa: BLE001 - closing goes on regardless
             log.info("closing the GrpcProducer for proxy %s: %s", self._address, exc)
-        finally:
-            io.stop()
 
     async def _shutdown(self) -> None:
         self._dispatcher.close("the GrpcProducer is closed")
