@@ -41,6 +41,7 @@ class SendResponse:
     offset_msg_id: str
     queue_id: int
     queue_offset: int
+    transaction_id: str = ""  # prepared (half) messages
 
 
 @dataclass(frozen=True)
@@ -321,7 +322,7 @@ class BrokerClient:
         f = r.fields
         try:
             return SendResponse(status, f.get("msgId", ""), int(f.get("queueId", -1)),
-                                int(f.get("queueOffset", -1)))
+                                int(f.get("queueOffset", -1)), f.get("transactionId") or "")
         except ValueError:
             raise ProtocolError(f"send response from {address} has non-numeric queue fields",
                                 None, "header") from None

@@ -82,6 +82,8 @@ class SendResult:
     offset_msg_id: str      # the broker's id(s)
     queue: MessageQueue
     queue_offset: int       # the first message's offset for a batch
+    address: str = ""       # the broker that answered (END_TRANSACTION goes there)
+    transaction_id: str = ""  # a half message's, from the send response
 
 
 @dataclass
@@ -269,7 +271,7 @@ class Producer:
         """The answer to :meth:`start`; raises for a refusal or a lost connection."""
         address, pending, queue, first_id = handle
         return [self._result(queue, first_id,
-                             self.brokers.send_wait(address, pending, timeout))]
+                             self.brokers.send_wait(address, pending, timeout), address)]
 
     def pipeline(self, **overrides) -> SendPipeline:
         """A :class:`SendPipeline` over this producer with its limits and accepted statuses."""
@@ -301,10 +303,11 @@ class Producer:
         fresh = [q for q in candidates if q.broker_name not in avoid] or candidates
         return fresh[next(self._rr) % len(fresh)]
 
-    def _result(self, target: MessageQueue, uniq: str, r: SendResponse) -> SendResult:
+    def _result(self, target: MessageQueue, uniq: str, r: SendResponse,
+                address: str = "") -> SendResult:
         return SendResult(r.status, uniq, r.offset_msg_id,
                           MessageQueue(target.topic, target.broker_name, r.queue_id),
-                          r.queue_offset)
+                          r.queue_offset, address, r.transaction_id)
 
     def _send_with_retry(self, topic: str, queue: Optional[MessageQueue],
                          request: EncodedRequest) -> SendResult:

@@ -38,6 +38,7 @@ KNOWN = {
     "maxinflightperbroker": "maxInFlightPerBroker",
     "acceptstatuses": "acceptStatuses",
     "maxmessagebytes": "maxMessageBytes",
+    "deliveryguarantee": "deliveryGuarantee",
 }
 # Spark adds these to a streaming sink's options; they are not ours to check.
 SPARK_ADDED = {"checkpointlocation": "checkpointLocation", "queryname": "queryName"}
@@ -47,6 +48,8 @@ GROUP = re.compile(r"^[%|a-zA-Z0-9_-]{1,255}$")
 DEFAULT_BATCH_BYTES = 1024 * 1024
 # The largest request a 4.x broker decodes is 16 MiB; a batch of 4 MiB is Java's limit too.
 MAX_BATCH_BYTES = 4 * 1024 * 1024
+AT_LEAST_ONCE = "atLeastOnce"
+EXACTLY_ONCE = "exactlyOnce"
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,12 @@ class SinkOptions:
     max_in_flight_per_broker: int = 4
     accept_statuses: Tuple[str, ...] = (SEND_OK,)
     max_message_bytes: int = MAX_MESSAGE_SIZE
+    delivery_guarantee: str = AT_LEAST_ONCE
+    checkpoint_location: Optional[str] = None
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.delivery_guarantee == EXACTLY_ONCE
 
     @property
     def transport(self) -> str:
@@ -156,4 +165,19 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
                 raise OptionError(f"option acceptStatuses: {status!r} is not a send status; "
                                   f"use some of {', '.join(SEND_STATUSES)}")
         kw["accept_statuses"] = tuple(dict.fromkeys([SEND_OK] + statuses))
+    if "deliveryguarantee" in opts:
+        value = opts["deliveryguarantee"].strip()
+        match = {g.lower(): g for g in (AT_LEAST_ONCE, EXACTLY_ONCE)}.get(value.lower())
+        if match is None:
+            raise OptionError(f"option deliveryGuarantee: {value!r} is not one of "
+                              f"{AT_LEAST_ONCE}, {EXACTLY_ONCE}")
+        if match == EXACTLY_ONCE and has_ep:
+            raise OptionError("option deliveryGuarantee=exactlyOnce works over RocketMQ's "
+                              "remoting protocol (nameServer) only: this sink does not speak "
+                              "a 5.x proxy's transactional gRPC calls (EndTransaction and the "
+                              "telemetry stream's recovery commands) yet. Use nameServer, or "
+                              "atLeastOnce with endpoints")
+        kw["delivery_guarantee"] = match
+    if opts.get("checkpointlocation", "").strip():
+        kw["checkpoint_location"] = opts["checkpointlocation"].strip()
     return SinkOptions(**kw)

@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, Optional
+from typing import Dict, Iterable, List, Optional, Tuple
 
 import pyarrow as pa
 
 from ..client.errors import RocketMQError
 from ..client.pipeline import Outgoing, SendPipeline
+from ..client.transaction import Outcome, end_transactions, handle_from_send
 from .ids import TaskIdentity, message_id
 from .options import SinkOptions
 from .requests import plan_requests
@@ -42,17 +43,32 @@ class TaskSummary:
     by_broker: Dict[str, int] = field(default_factory=dict)
     transport: str = ""
     first_id: Optional[str] = None
+    # exactlyOnce: this attempt's write token and its half messages' handles (as tuples)
+    token: Optional[str] = None
+    handles: List[Tuple] = field(default_factory=list)
 
 
 def write_task(batches: Iterable[pa.RecordBatch], plan: ColumnPlan, options: SinkOptions,
                identity: TaskIdentity, group: str,
-               transport: Optional[Transport] = None) -> TaskSummary:
-    """Send every row of ``batches``; return once all are acknowledged (or raise)."""
+               transport: Optional[Transport] = None,
+               half_properties: Optional[Dict[str, str]] = None) -> TaskSummary:
+    """Send every row of ``batches``; return once all are acknowledged (or raise).
+
+    ``half_properties`` (exactlyOnce): send half messages with these properties and return
+    their handles; on failure, roll back the ones already stored (best effort)."""
     started = time.monotonic()
-    transport = transport or open_transport(options, group)
+    transport = transport or open_transport(options, group, half_properties)
+    handles: List = []
+
+    def keep_handles(item, queue, results):
+        for r in results:
+            handles.append(handle_from_send(r.queue.broker_name, r.address, r.msg_id,
+                                            r.offset_msg_id, r.queue_offset, r.transaction_id))
+
     pipeline = SendPipeline(transport, max_in_flight_per_broker=options.max_in_flight_per_broker,
                             send_timeout=options.send_timeout_ms / 1000.0,
-                            retries=options.retries, accept=options.accept_statuses)
+                            retries=options.retries, accept=options.accept_statuses,
+                            on_result=keep_handles if half_properties is not None else None)
     queues: Dict[str, list] = {}
 
     def queues_of(topic: str):
@@ -75,6 +91,12 @@ def write_task(batches: Iterable[pa.RecordBatch], plan: ColumnPlan, options: Sin
             row += batch.num_rows
         stats = pipeline.flush()
     except RocketMQError as exc:
+        if half_properties is not None:
+            _roll_back(transport, group, handles)
+            raise SinkWriteError(
+                f"the rocketmq sink's task ({identity.describe()}) failed: {exc}. Its half "
+                "messages are rolled back (exactlyOnce): nothing of this attempt is "
+                "delivered; Spark runs the task again") from exc
         raise SinkWriteError(
             f"the rocketmq sink's task ({identity.describe()}) failed: {exc}. Messages "
             "acknowledged before this stay sent (at least once); Spark runs the task again "
@@ -84,8 +106,23 @@ def write_task(batches: Iterable[pa.RecordBatch], plan: ColumnPlan, options: Sin
     summary = TaskSummary(identity.partition, row, stats.requests, stats.bytes, stats.retries,
                           time.monotonic() - started, dict(stats.by_broker), transport.name,
                           message_id(identity, 0) if row else None)
+    if half_properties is not None:
+        summary.token = half_properties.get("SPARK_WRITE_TOKEN")
+        summary.handles = [h.to_tuple() for h in handles]
     if stats.messages != row:  # every row is one message; anything else is a bug
         raise AssertionError(f"{row} rows but {stats.messages} messages acknowledged")
     log.info("sink task %s: %d rows in %d requests (%d retries) in %.2f s",
              identity.describe(), row, stats.requests, stats.retries, summary.seconds)
     return summary
+
+
+def _roll_back(transport: Transport, group: str, handles: List) -> None:
+    """ROLLBACK the half messages a failed attempt stored (check-backs settle the rest)."""
+    producer = getattr(transport, "producer", None)
+    if not handles or producer is None:
+        return
+    try:
+        end_transactions(producer.remoting, group, handles, Outcome.ROLLBACK)
+    except RocketMQError as exc:
+        log.warning("rolling back %d half messages of a failed task failed: %s",
+                    len(handles), exc)

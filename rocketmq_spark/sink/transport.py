@@ -17,7 +17,7 @@ import hashlib
 import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +31,7 @@ from ..client.producer import (
 from ..client.protocol import message as M
 from ..client.protocol import properties as P
 from ..client.protocol.route import MessageQueue
+from ..client.transaction import TRANSACTION_PREPARED_TYPE
 from ..client.protocol.send_columns import (
     ENTRY_HEAD_BYTES, byte_lengths, encode_entries, entries_body, join_pieces, property_piece,
     repeated,
@@ -95,10 +96,16 @@ class RemotingTransport(Transport):
 
     name = "remoting"
 
-    def __init__(self, producer: Producer, options: SinkOptions, group: str):
+    def __init__(self, producer: Producer, options: SinkOptions, group: str,
+                 half_properties: Optional[Dict[str, str]] = None):
         self.producer = producer
         self.options = options
         self.group = group
+        # exactlyOnce: every row a half message of its own (brokers refuse transactional
+        # messages in a batch), with these properties (TRAN_MSG, PGROUP, query/batch/token).
+        self.half_properties = half_properties
+        if half_properties is not None:
+            self.max_request_rows = 1
 
     def queues(self, topic: str, refresh: bool = False) -> Sequence[MessageQueue]:
         return self.producer.queues(topic, refresh)
@@ -139,6 +146,9 @@ class RemotingTransport(Transport):
                                pa.scalar(None, pa.large_string()))
             pieces.append(property_piece(P.DELAY, delay))
         pieces.append(property_piece(P.UNIQ_KEY, rows.ids))
+        if self.half_properties is not None:
+            pieces.append(repeated(P.encode_properties(self.half_properties).encode(),
+                                   rows.count))
         pieces.append(repeated(f"{P.WAIT}\x01true\x02".encode(), rows.count))
         props = join_pieces(pieces)
         props_len = byte_lengths(props)
@@ -158,6 +168,9 @@ class RemotingTransport(Transport):
         compressed = prepared.klass is not None and prepared.klass[first]
         sys_flag = COMPRESSED_SYS_FLAG if compressed else 0
         first_id = prepared.rows.ids[first].as_py()
+        if self.half_properties is not None:
+            return EncodedRequest(body[first].as_py(), props[first].as_py().decode("utf-8"),
+                                  sys_flag | TRANSACTION_PREPARED_TYPE, 0, False, first_id)
         if single:
             return EncodedRequest(body[first].as_py(), props[first].as_py().decode("utf-8"),
                                   sys_flag, 0, False, first_id)
@@ -250,8 +263,12 @@ def shared_grpc_producer(options: SinkOptions, group: str) -> Any:
         send_timeout=options.send_timeout_ms / 1000.0))
 
 
-def open_transport(options: SinkOptions, group: str) -> Transport:
-    """gRPC when the option ``endpoints`` is set, RocketMQ's remoting protocol otherwise."""
+def open_transport(options: SinkOptions, group: str,
+                   half_properties: Optional[Dict[str, str]] = None) -> Transport:
+    """gRPC when the option ``endpoints`` is set, RocketMQ's remoting protocol otherwise;
+    ``half_properties``: send half messages with these properties (exactlyOnce)."""
     if options.endpoints:
+        if half_properties is not None:
+            raise ValueError("half messages are sent over the remoting protocol only")
         return GrpcTransport(shared_grpc_producer(options, group), options)
-    return RemotingTransport(shared_producer(options), options, group)
+    return RemotingTransport(shared_producer(options), options, group, half_properties)

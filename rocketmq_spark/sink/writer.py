@@ -4,13 +4,18 @@ Options and input columns are checked in :func:`batch_writer` / :func:`stream_wr
 ``DataSource.writer()`` / ``streamWriter()`` call on the driver, so a bad option or column
 fails the query before any task runs. Each task's ``write()`` sends its rows
 (:func:`.task.write_task`) and returns a :class:`SinkCommit` once every message is
-acknowledged. Delivery is at least once: a failed task is run again by Spark and resends its
-rows with the same message ids; nothing is rolled back on ``abort``.
+acknowledged. Delivery is at least once by default: a failed task is run again by Spark and
+resends its rows with the same message ids; nothing is rolled back on ``abort``. With
+``deliveryGuarantee=exactlyOnce`` rows travel as half messages that ``commit`` settles
+(:mod:`.exactly_once`).
 """
 from __future__ import annotations
 
+import json
 import logging
+import os
 import re
+import secrets
 from dataclasses import dataclass
 from typing import Iterator, List, Mapping, Optional
 
@@ -22,9 +27,12 @@ from pyspark.sql.types import StructType
 
 from ..options import OptionError
 from .ids import TaskIdentity, new_job_token
+from ..client.transaction import HalfHandle, Outcome, end_transactions, half_properties
+from . import exactly_once as eo
 from .options import SinkOptions, parse_sink_options
 from .schema import ColumnPlan, plan_columns
 from .task import TaskSummary, write_task
+from .transport import shared_producer
 
 log = logging.getLogger(__name__)
 GROUP_PREFIX = "spark-rocketmq-sink-"
@@ -50,6 +58,43 @@ def _group_name(text: str) -> str:
     return (GROUP_PREFIX + re.sub(r"[^%|a-zA-Z0-9_-]", "_", text))[:255]
 
 
+def _half_properties(group: str, scope: str, batch_id: int) -> dict:
+    """A task attempt's half-message properties: a fresh write token per attempt, so the
+    record can tell the attempt Spark kept from failed ones (row ids repeat across them)."""
+    props = half_properties(group)
+    props.update({eo.QUERY_PROPERTY: scope, eo.BATCH_PROPERTY: str(batch_id),
+                  eo.TOKEN_PROPERTY: secrets.token_hex(8)})
+    return props
+
+
+def _handles(messages: List[Optional[WriterCommitMessage]]) -> List[HalfHandle]:
+    return [HalfHandle.from_tuple(t) for m in messages if isinstance(m, SinkCommit)
+            for t in m.summary.handles]
+
+
+_warned = False
+
+
+def _warn_limits() -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        log.warning(eo.check_limits_warning())
+
+
+def _query_id(checkpoint_root: str) -> Optional[str]:
+    """The query id Spark keeps in ``<checkpointLocation>/metadata`` (stable across runs)."""
+    try:
+        with open(os.path.join(os.path.dirname(checkpoint_root), "metadata")) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    return str(json.loads(line)["id"])
+    except (OSError, ValueError, KeyError):
+        return None
+    return None
+
+
 def _totals(messages: List[Optional[WriterCommitMessage]]) -> str:
     done = [m.summary for m in messages if isinstance(m, SinkCommit)]
     rows = sum(s.rows for s in done)
@@ -69,13 +114,28 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         context = _task_context()
         identity = TaskIdentity("job", self.job_token, None, context.partitionId())
-        group = self.options.producer_group or _group_name(self.job_token)
-        return SinkCommit(write_task(iterator, self.plan, self.options, identity, group))
+        group = self._group()
+        half = (_half_properties(group, self.job_token, 0) if self.options.exactly_once
+                else None)
+        return SinkCommit(write_task(iterator, self.plan, self.options, identity, group,
+                                     half_properties=half))
+
+    def _group(self) -> str:
+        return self.options.producer_group or _group_name(self.job_token)
 
     def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+        if self.options.exactly_once:
+            remoting = shared_producer(self.options).remoting
+            end_transactions(remoting, self._group(), _handles(messages), Outcome.COMMIT)
         log.info("rocketmq sink job %s committed: %s", self.job_token, _totals(messages))
 
     def abort(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+        if self.options.exactly_once:
+            eo.rollback(shared_producer(self.options).remoting, self._group(),
+                        _handles(messages))
+            log.warning("rocketmq sink job %s aborted after %s; its half messages are rolled "
+                        "back (exactlyOnce)", self.job_token, _totals(messages))
+            return
         log.warning("rocketmq sink job %s aborted after %s; messages already acknowledged "
                     "stay in their topics (delivery is at least once)", self.job_token,
                     _totals(messages))
@@ -86,10 +146,12 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
     ids come from (query id, batch id, partition, row), so a replayed batch resends the
     same ids."""
 
-    def __init__(self, options: SinkOptions, plan: ColumnPlan, query_name: Optional[str]):
+    def __init__(self, options: SinkOptions, plan: ColumnPlan, query_name: Optional[str],
+                 raw_options: Optional[Mapping[str, str]] = None):
         self.options = options
         self.plan = plan
         self.query_name = query_name
+        self.raw_options = dict(raw_options or {})
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         context = _task_context()
@@ -99,13 +161,56 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
             raise RuntimeError("the rocketmq stream sink's task has no query id or batch id "
                                "(sql.streaming.queryId / streaming.sql.batchId)")
         identity = TaskIdentity("stream", query_id, int(batch_id), context.partitionId())
-        group = self.options.producer_group or _group_name(self.query_name or query_id)
-        return SinkCommit(write_task(iterator, self.plan, self.options, identity, group))
+        group = self._group(query_id)
+        half = (_half_properties(group, query_id, int(batch_id)) if self.options.exactly_once
+                else None)
+        return SinkCommit(write_task(iterator, self.plan, self.options, identity, group,
+                                     half_properties=half))
+
+    def _group(self, query_id: str) -> str:
+        return self.options.producer_group or _group_name(self.query_name or query_id)
+
+    def _commit_log(self) -> eo.CommitLog:
+        return eo.CommitLog(eo.record_root(self.options.checkpoint_location))
 
     def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+        if self.options.exactly_once:
+            self._commit_exactly_once(messages, batchId)
         log.info("rocketmq sink micro-batch %d committed: %s", batchId, _totals(messages))
 
+    def _commit_exactly_once(self, messages: List[Optional[WriterCommitMessage]],
+                             batch_id: int) -> None:
+        commit_log = self._commit_log()
+        query_id = _query_id(commit_log.root)
+        if query_id is None:
+            raise RuntimeError(f"the rocketmq sink cannot read the query id from "
+                               f"{os.path.dirname(commit_log.root)}/metadata")
+        group = self._group(query_id)
+        commit_log.touch()
+        eo.ensure_responder(commit_log, self.raw_options, group, query_id)
+        _warn_limits()
+        remoting = shared_producer(self.options).remoting
+        tokens = [m.summary.token for m in messages
+                  if isinstance(m, SinkCommit) and m.summary.token]
+        record = eo.BatchRecord(batch_id, query_id, group, tokens, _handles(messages))
+        sent = eo.commit_batch(commit_log, remoting, eo.OpTopic(remoting), record)
+        log.info("rocketmq sink micro-batch %d: %d END_TRANSACTION COMMITs sent", batch_id,
+                 sent)
+
     def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+        if self.options.exactly_once:
+            commit_log = self._commit_log()
+            query_id = _query_id(commit_log.root) or ""
+            tokens = [m.summary.token for m in messages
+                      if isinstance(m, SinkCommit) and m.summary.token]
+            commit_log.record_abort(batchId, tokens)
+            commit_log.touch()
+            eo.rollback(shared_producer(self.options).remoting, self._group(query_id),
+                        _handles(messages))
+            log.warning("rocketmq sink micro-batch %d aborted after %s; its half messages "
+                        "are rolled back (exactlyOnce) and Spark runs it again", batchId,
+                        _totals(messages))
+            return
         log.warning("rocketmq sink micro-batch %d aborted after %s; Spark runs it again and "
                     "the messages already sent are sent again with the same ids", batchId,
                     _totals(messages))
@@ -118,7 +223,16 @@ def batch_writer(raw: Mapping[str, str], schema: StructType, overwrite: bool
         raise OptionError("a RocketMQ topic cannot be overwritten: use mode(\"append\") "
                           "(messages are appended to the topic)")
     options = parse_sink_options(raw)
-    return RocketMQBatchWriter(options, plan_columns(schema, options.topic), new_job_token())
+    plan = plan_columns(schema, options.topic)
+    _check_exactly_once_columns(options, plan)
+    return RocketMQBatchWriter(options, plan, new_job_token())
+
+
+def _check_exactly_once_columns(options: SinkOptions, plan: ColumnPlan) -> None:
+    if options.exactly_once and plan.delay_level:
+        raise OptionError(f"column {plan.delay_level}: delayed messages cannot be sent with "
+                          "deliveryGuarantee=exactlyOnce (RocketMQ's transactional messages "
+                          "carry no delay level); drop the column or use atLeastOnce")
 
 
 def stream_writer(raw: Mapping[str, str], schema: StructType, overwrite: bool
@@ -127,4 +241,12 @@ def stream_writer(raw: Mapping[str, str], schema: StructType, overwrite: bool
     sends the whole result again each micro-batch, as the Kafka sink does)."""
     options = parse_sink_options(raw)
     query_name = next((str(v) for k, v in raw.items() if str(k).lower() == "queryname"), None)
-    return RocketMQStreamWriter(options, plan_columns(schema, options.topic), query_name)
+    plan = plan_columns(schema, options.topic)
+    _check_exactly_once_columns(options, plan)
+    if options.exactly_once:
+        # Before this run writes anything: settle what an earlier run left pending.
+        commit_log = eo.CommitLog(eo.record_root(options.checkpoint_location))
+        if commit_log.pending():
+            remoting = shared_producer(options).remoting
+            eo.settle(commit_log, remoting, eo.OpTopic(remoting))
+    return RocketMQStreamWriter(options, plan, query_name, raw)

@@ -1,0 +1,302 @@
+"""RocketMQ's transactional messages from the producer's side.
+
+A transactional message is sent twice over: first as a *half* (prepared) message, which the
+broker parks in ``RMQ_SYS_TRANS_HALF_TOPIC`` where no consumer sees it, then settled by
+END_TRANSACTION (oneway): COMMIT writes the real message to its topic, ROLLBACK drops it.
+A half message left unsettled for ``transactionTimeout`` is asked about: the broker sends
+CHECK_TRANSACTION_STATE to one connection registered (by HEART_BEAT) under the message's
+producer group, and the answer is an END_TRANSACTION with ``fromTransactionCheck=true``.
+
+What this module holds: the flags and properties of a half message (:func:`half_properties`),
+the :class:`HalfHandle` END_TRANSACTION needs, :func:`end_transactions` (many per write),
+the :class:`CheckRequest` a broker sends, and :class:`CheckResponder`, a registered producer
+connection that answers check-backs through a callback.
+
+Facts from apache/rocketmq 4.9.8 this follows: a broker refuses transactional messages in a
+SEND_BATCH_MESSAGE (each half is its own SEND_MESSAGE_V2); a second COMMIT of one half
+message writes the real message again (nothing deduplicates), so a caller must never send
+COMMIT for a half message that may already be committed.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from .broker import BrokerClient, _cmd
+from .connection import Connection
+from .errors import RocketMQError
+from .protocol import message as M
+from .protocol import properties as P
+from .protocol.codes import RequestCode
+from .protocol.frame import RemotingCommand
+from .remoting import RemotingClient
+
+log = logging.getLogger(__name__)
+
+END_TRANSACTION = 37
+CHECK_TRANSACTION_STATE = int(RequestCode.CHECK_TRANSACTION_STATE)
+
+# Transaction type bits of a message's sysFlag (MessageSysFlag).
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+
+TRAN_MSG = "TRAN_MSG"
+PGROUP = "PGROUP"
+TRANSACTION_ID = "__transactionId__"
+PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+
+
+class Outcome(enum.Enum):
+    """What a check-back answer says (Java's LocalTransactionState)."""
+
+    COMMIT = TRANSACTION_COMMIT_TYPE
+    ROLLBACK = TRANSACTION_ROLLBACK_TYPE
+    UNKNOWN = TRANSACTION_NOT_TYPE
+
+
+def half_properties(group: str) -> Dict[str, str]:
+    """The properties that make a message a half message of ``group``."""
+    return {TRAN_MSG: "true", PGROUP: group}
+
+
+@dataclass(frozen=True)
+class HalfHandle:
+    """What END_TRANSACTION needs about one stored half message.
+
+    ``queue_offset``: its offset in the half topic (``tranStateTableOffset``);
+    ``commit_log_offset``: where the broker stored it (from the broker's message id);
+    ``uniq_key``: the message id clients see (``msgId``); ``transaction_id``: the send
+    response's, or the uniq key."""
+
+    broker_name: str
+    address: str
+    uniq_key: str
+    queue_offset: int
+    commit_log_offset: int
+    transaction_id: str = ""
+
+    def to_tuple(self) -> Tuple[str, str, str, int, int, str]:
+        return (self.broker_name, self.address, self.uniq_key, self.queue_offset,
+                self.commit_log_offset, self.transaction_id)
+
+    @classmethod
+    def from_tuple(cls, t: Sequence) -> "HalfHandle":
+        return cls(str(t[0]), str(t[1]), str(t[2]), int(t[3]), int(t[4]), str(t[5]))
+
+
+def handle_from_send(broker_name: str, address: str, uniq_key: str, offset_msg_id: str,
+                     queue_offset: int, transaction_id: str = "") -> HalfHandle:
+    """The handle of a half message from its send response (``msgId`` is the broker's
+    offset message id: store host + commit-log offset)."""
+    _, commit_log_offset = M.parse_offset_msg_id(offset_msg_id.split(",")[0])
+    return HalfHandle(broker_name, address, uniq_key, int(queue_offset), commit_log_offset,
+                      transaction_id or uniq_key)
+
+
+def end_transaction_command(group: str, handle: HalfHandle, outcome: Outcome,
+                            from_check: bool = False) -> RemotingCommand:
+    """END_TRANSACTION (EndTransactionRequestHeader) for one half message."""
+    return _cmd(END_TRANSACTION, {
+        "producerGroup": group,
+        "tranStateTableOffset": handle.queue_offset,
+        "commitLogOffset": handle.commit_log_offset,
+        "commitOrRollback": outcome.value,
+        "fromTransactionCheck": from_check,
+        "msgId": handle.uniq_key,
+        "transactionId": handle.transaction_id or handle.uniq_key,
+    })
+
+
+def end_transactions(remoting: RemotingClient, group: str, handles: Iterable[HalfHandle],
+                     outcome: Outcome, chunk: int = 512) -> int:
+    """Send END_TRANSACTION (oneway) for every handle, several per write, broker by broker.
+    Returns how many were written to sockets; raises when a broker cannot be reached (the
+    ones already written stay sent)."""
+    by_address: Dict[str, List[HalfHandle]] = {}
+    for h in handles:
+        by_address.setdefault(h.address, []).append(h)
+    sent = 0
+    for address, items in by_address.items():
+        conn = remoting.connection(address)
+        for start in range(0, len(items), chunk):
+            commands = [end_transaction_command(group, h, outcome)
+                        for h in items[start:start + chunk]]
+            for c in commands:
+                c.version = remoting.config.version
+            conn.send_requests(commands, oneway=True)
+            sent += len(commands)
+    return sent
+
+
+@dataclass
+class CheckRequest:
+    """A broker's CHECK_TRANSACTION_STATE: the header and the half message it asks about."""
+
+    address: str
+    queue_offset: int
+    commit_log_offset: int
+    msg_id: str
+    transaction_id: str
+    offset_msg_id: str
+    message: Optional[M.MessageExt]
+
+    @property
+    def properties(self) -> Dict[str, str]:
+        return self.message.properties if self.message is not None else {}
+
+    @property
+    def uniq_key(self) -> str:
+        return self.properties.get(P.UNIQ_KEY) or self.msg_id
+
+    @property
+    def group(self) -> str:
+        return self.properties.get(PGROUP, "")
+
+    def handle(self) -> HalfHandle:
+        """The handle of the copy asked about (a broker asks about its latest copy)."""
+        return HalfHandle("", self.address, self.uniq_key, self.queue_offset,
+                          self.commit_log_offset, self.transaction_id or self.uniq_key)
+
+
+def parse_check_request(address: str, cmd: RemotingCommand) -> CheckRequest:
+    """Decode CHECK_TRANSACTION_STATE; the body is the stored half message."""
+    f = cmd.fields
+    message = None
+    if cmd.body:
+        try:
+            message = M.decode_message(cmd.body, 0, len(cmd.body), verify_crc=False,
+                                       decompress=False)[0]
+        except Exception as exc:  # a bad body: answer from the header alone
+            log.warning("CHECK_TRANSACTION_STATE from %s has an undecodable message: %s",
+                        address, exc)
+
+    def number(key: str) -> int:
+        try:
+            return int(f.get(key) or -1)
+        except ValueError:
+            return -1
+
+    return CheckRequest(address, number("tranStateTableOffset"), number("commitLogOffset"),
+                        f.get("msgId") or "", f.get("transactionId") or "",
+                        f.get("offsetMsgId") or "", message)
+
+
+Decide = Callable[[CheckRequest], Outcome]
+
+
+class CheckResponder:
+    """A producer registered under ``group`` on every broker it is told about, answering the
+    brokers' CHECK_TRANSACTION_STATE with ``decide(request)``.
+
+    A broker asks one registered connection of the group; it registers connections by
+    HEART_BEAT (sent every ``heartbeat_interval`` seconds, as Java's producers do every 30).
+    A thread reads the connections, since nothing else waits on them. UNKNOWN answers send
+    nothing (a genuine broker ignores an END_TRANSACTION of type 0 and asks again later)."""
+
+    def __init__(self, remoting: RemotingClient, group: str, decide: Decide,
+                 heartbeat_interval: float = 20.0, poll_interval: float = 0.05):
+        self.group = group
+        self.decide = decide
+        self.heartbeat_interval = heartbeat_interval
+        self.poll_interval = poll_interval
+        self.remoting = remoting
+        self.brokers = BrokerClient(remoting)
+        self.answered: Dict[str, int] = {o.name: 0 for o in Outcome}
+        self._addresses: List[str] = []
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def create(cls, config, group: str, decide: Decide, **kw) -> "CheckResponder":
+        """A responder with its own connections (``config``: a ClientConfig)."""
+        holder: List["CheckResponder"] = []
+        remoting = RemotingClient(config, request_handler=lambda c, cmd: holder[0].handle(c, cmd))
+        responder = cls(remoting, group, decide, **kw)
+        holder.append(responder)
+        return responder
+
+    def register(self, addresses: Iterable[str]) -> None:
+        """Register on these brokers now (and keep registering)."""
+        new = []
+        with self._lock:
+            for a in addresses:
+                if a not in self._addresses:
+                    self._addresses.append(a)
+                    new.append(a)
+        for a in new:
+            self._heartbeat(a)
+
+    def start(self) -> "CheckResponder":
+        self._thread = threading.Thread(target=self._run, name=f"check-responder-{self.group}",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        for a in list(self._addresses):
+            try:
+                self.brokers.unregister_client(a, producer_group=self.group, timeout=2)
+            except RocketMQError:
+                pass
+        self.remoting.close()
+
+    # ------------------------------------------------------------------ internals
+
+    def _heartbeat(self, address: str) -> None:
+        try:
+            self.brokers.heart_beat(address, producer_group=self.group, timeout=3)
+        except RocketMQError as exc:
+            log.warning("producer group %s: heartbeat to %s failed: %s", self.group, address,
+                        exc)
+
+    def _run(self) -> None:
+        last = time.monotonic()
+        while not self._stop.is_set():
+            if time.monotonic() - last >= self.heartbeat_interval:
+                last = time.monotonic()
+                for a in list(self._addresses):
+                    self._heartbeat(a)
+            for a in list(self._addresses):
+                conn = self.remoting._connections.get(a)
+                if conn is None or conn.closed:
+                    self._heartbeat(a)  # reconnect and register again
+                    continue
+                conn.poll()
+            self._stop.wait(self.poll_interval)
+
+    def handle(self, conn: Connection, cmd: RemotingCommand) -> Optional[RemotingCommand]:
+        """The connection's request handler: answers CHECK_TRANSACTION_STATE."""
+        if cmd.code != CHECK_TRANSACTION_STATE:
+            return None
+        request = parse_check_request(conn.address, cmd)
+        try:
+            outcome = self.decide(request)
+        except Exception:
+            log.exception("deciding a check-back for %s failed; answering UNKNOWN",
+                          request.uniq_key)
+            outcome = Outcome.UNKNOWN
+        self.answered[outcome.name] += 1
+        log.info("check-back from %s for %s (half offset %d): %s", conn.address,
+                 request.uniq_key, request.queue_offset, outcome.name)
+        if outcome is not Outcome.UNKNOWN:
+            answer = end_transaction_command(request.group or self.group, request.handle(),
+                                             outcome, from_check=True)
+            answer.version = self.remoting.config.version
+            try:
+                conn.send_request(answer, oneway=True)
+            except RocketMQError as exc:
+                log.warning("answering a check-back on %s failed: %s", conn.address, exc)
+        return None

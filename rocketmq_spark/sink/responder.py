@@ -1,0 +1,99 @@
+"""The check-back responder of an exactlyOnce query: ``python -m rocketmq_spark.sink.responder``.
+
+Spark keeps no Python process of a sink alive for a whole query run (``commit`` runs in a
+worker Spark may stop between micro-batches), so the sink starts this small process from its
+first commit (:func:`.exactly_once.ensure_responder`). It registers the query's producer group
+on every broker (HEART_BEAT), answers CHECK_TRANSACTION_STATE from the commit record
+(:func:`.exactly_once.decide`) and exits when the driver JVM is gone or the query has not
+committed for longer than the brokers keep asking. One per checkpoint (a file lock).
+Its configuration arrives as JSON on stdin.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import sys
+import time
+
+from ..client.nameserver import NameServerClient
+from ..client.remoting import RemotingClient
+from ..client.transaction import CheckResponder
+from .exactly_once import CommitLog, OpTopic, decide
+from .options import parse_sink_options
+
+log = logging.getLogger("rocketmq_spark.sink.responder")
+IDLE_LIMIT_S = float(os.environ.get("ROCKETMQ_SPARK_SINK_RESPONDER_IDLE_S", 20 * 60))
+LOCK_WAIT_S = 30.0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _brokers(names: NameServerClient) -> list:
+    info = names.cluster_info()
+    return sorted({b.master_addr for b in info.broker_addr_table.values() if b.master_addr})
+
+
+def main() -> int:
+    config = json.loads(sys.stdin.read())
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s responder %(process)d: %(message)s")
+    root, jvm = config["root"], int(config["jvmPid"])
+    lock = open(os.path.join(root, "responder.lock"), "a")
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:  # an earlier run's responder may still be noticing its JVM is gone
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() > deadline or not _alive(jvm):
+                return 0
+            time.sleep(0.2)
+    options = parse_sink_options(config["options"])
+    settings = options.connection()
+    commit_log = CommitLog(root)
+    lookups = RemotingClient(settings.client_config())
+    ops = OpTopic(lookups)
+    query_id = config["queryId"]
+    responder = CheckResponder.create(settings.client_config(), config["group"],
+                                      lambda request: decide(commit_log, query_id, ops, request))
+    names = NameServerClient(list(options.name_servers), lookups)
+    log.info("answering check-backs of producer group %s (query %s) while JVM %d lives",
+             config["group"], query_id, jvm)
+    responder.register(_brokers(names))
+    responder.start()
+    last_brokers = time.monotonic()
+    try:
+        while _alive(jvm):
+            if time.time() - commit_log.last_active() > IDLE_LIMIT_S:
+                log.info("no commit for %.0f s: nothing left for the brokers to ask", IDLE_LIMIT_S)
+                break
+            if time.monotonic() - last_brokers > 30:
+                last_brokers = time.monotonic()
+                try:
+                    responder.register(_brokers(names))
+                except Exception as exc:  # name server down: keep the brokers we have
+                    log.warning("listing brokers failed: %s", exc)
+            time.sleep(0.5)
+    finally:
+        log.info("stopping; answered %s", responder.answered)
+        responder.close()
+        lookups.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
