@@ -60,6 +60,12 @@ def _parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                    help="do not create unknown topics on first send (no TBW102)")
     p.add_argument("--search-by-time", choices=("lower", "nearest"), default="lower",
                    help="SEARCH_OFFSET_BY_TIMESTAMP semantics (default lower, as 5.1.1+)")
+    p.add_argument("--transaction-check-interval", type=float, default=60.0, metavar="SECONDS",
+                   help="how often half messages are checked back (default 60, as 4.x)")
+    p.add_argument("--transaction-timeout", type=float, default=6.0, metavar="SECONDS",
+                   help="age before a half message is checked back (default 6)")
+    p.add_argument("--transaction-check-max", type=int, default=15,
+                   help="check-backs before a half message is discarded (default 15)")
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
 
@@ -101,7 +107,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         grpc_proxy=args.grpc_proxy, grpc_proxy_tls=not args.grpc_proxy_plaintext,
         grpc_proxy_port=args.grpc_proxy_port,
         max_transfer_count=args.max_transfer_count, max_transfer_bytes=args.max_transfer_bytes,
-        auto_create_topics=not args.no_auto_create, search_by_time=args.search_by_time)
+        auto_create_topics=not args.no_auto_create, search_by_time=args.search_by_time,
+        transaction_check_interval=args.transaction_check_interval,
+        transaction_timeout=args.transaction_timeout,
+        transaction_check_max=args.transaction_check_max)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -34,6 +34,7 @@ from .send import RETRY_PREFIX, SYSTEM_TOPICS, handle_send, validate_topic
 from .server import RemotingServer, ServerConnection
 from .store import BrokerStore, TopicConfig
 from .tls import TlsSettings
+from .transactions import END_TRANSACTION, TransactionService
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class Broker:
         self.clients = ClientRegistry(self._notify_ids_changed)
         self.long_poll = LongPollService(self._repull)
         self.schedule = ScheduleService(self)  # delayed messages (DELAY 1-18)
+        self.transactions = TransactionService(self)  # half messages and check-backs
         self.server = RemotingServer(name, self, host=host, port=port, tls=tls, acl=acl,
                                      faults=faults, version=options.version)
         self._loaded = False
@@ -82,6 +84,7 @@ class Broker:
             RequestCode.GET_CONSUMER_RUNNING_INFO: self._consumer_running_info,
             RequestCode.LOCK_BATCH_MQ: self._lock_batch,  # orderly consumers
             RequestCode.UNLOCK_BATCH_MQ: self._unlock_batch,
+            END_TRANSACTION: self.transactions.end_transaction,
         }
 
     # ---------------------------------------------------------------- identity
@@ -132,6 +135,7 @@ class Broker:
         self.namesrv.register(self)
         self._housekeeping = asyncio.get_running_loop().create_task(self._housekeep())
         self.schedule.start()
+        self.transactions.start()
 
     async def stop(self) -> None:
         """Unregister, drop parked pulls and connections, close the listener; data is kept."""
@@ -142,6 +146,7 @@ class Broker:
             self._housekeeping.cancel()
             self._housekeeping = None
         self.schedule.stop()
+        self.transactions.stop()
         self.long_poll.clear()
         await self.server.stop()
         self.store.flush(force=True)

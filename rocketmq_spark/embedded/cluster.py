@@ -404,6 +404,26 @@ class EmbeddedCluster:
             return first
         return self._call(put)
 
+    # ---------------------------------------------------------------- transactions
+
+    def check_transactions(self, brokers: Optional[Iterable[str]] = None) -> int:
+        """Run one pass of the brokers' transaction check service now (it also runs every
+        ``transaction_check_interval`` seconds); returns how many check-backs were asked."""
+        targets = self._targets(brokers)
+        return self._call(lambda: sum(b.transactions.check() for b in targets))
+
+    def pending_transactions(self, broker_name: Optional[str] = None) -> List[int]:
+        """Half-queue offsets of half messages not yet committed, rolled back or checked
+        (on the first broker unless named)."""
+        b = self._brokers[0] if broker_name is None else self._broker(broker_name)
+        return self._call(b.transactions.pending)
+
+    def transaction_stats(self, broker_name: Optional[str] = None) -> Dict[str, int]:
+        """``{"checks_sent": n, "discarded": n}`` of a broker's check service."""
+        b = self._brokers[0] if broker_name is None else self._broker(broker_name)
+        return self._call(lambda: {"checks_sent": b.transactions.checks_sent,
+                                   "discarded": b.transactions.discarded})
+
     # ---------------------------------------------------------------- faults
 
     CORRUPT_FIELDS = ("crc", "magic", "size", "body", "properties")
@@ -486,6 +506,13 @@ class EmbeddedCluster:
                    broker: Optional[Union[str, Iterable[str]]] = None) -> None:
         """Hold the next ``n`` matching requests for ``seconds`` before processing them."""
         self._add_rule(FaultRule("delay", n, seconds=seconds, request_codes=_codes(request_codes),
+                                 servers=_servers(broker)))
+
+    def drop_next(self, n: int, request_codes: Optional[Iterable[int]] = None,
+                  broker: Optional[Union[str, Iterable[str]]] = None) -> None:
+        """Read and ignore the next ``n`` matching requests: no effect, no answer (e.g. a lost
+        oneway END_TRANSACTION, code 37)."""
+        self._add_rule(FaultRule("drop", n, request_codes=_codes(request_codes),
                                  servers=_servers(broker)))
 
     def clear_faults(self) -> None:

@@ -1,4 +1,7 @@
-"""Fault injection for tests: fail or delay the next N matching requests.
+"""Fault injection for tests: fail, delay or drop the next N matching requests.
+
+A dropped request is read and ignored: no effect and no answer (for oneway requests such as
+END_TRANSACTION, a frame lost on its way).
 
 Rules are shared by every server of a cluster and consumed in the order they were added; a
 request matches a rule when its code is in the rule's codes (any code when none are given) and
@@ -12,7 +15,7 @@ from typing import FrozenSet, List, Optional
 
 @dataclass
 class FaultRule:
-    kind: str                      # "fail" or "delay"
+    kind: str                      # "fail", "delay" or "drop"
     remaining: int
     code: int = 1
     remark: str = ""

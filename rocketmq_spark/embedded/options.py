@@ -28,6 +28,10 @@ class ServerOptions:
     * ``rebalance_lock_max_live_seconds``: a queue lock (LOCK_BATCH_MQ) not renewed for this
       long may be taken by another client (the genuine broker's
       ``rocketmq.broker.rebalance.lockMaxLiveTime``, 60 s). Locks outlive connections.
+    * ``transaction_check_interval`` / ``transaction_timeout`` / ``transaction_check_max``:
+      the check service of half messages runs every interval seconds (transactionCheckInterval,
+      60 s), checks back half messages older than the timeout (transactionTimeOut, 6 s) and
+      discards one after that many checks (transactionCheckMax, 15).
     """
 
     cluster_name: str = "DefaultCluster"
@@ -45,6 +49,9 @@ class ServerOptions:
     region: str = "DefaultRegion"
     trace_on: bool = True
     suggest_broker_id: int = 0
+    transaction_check_interval: float = 60.0
+    transaction_timeout: float = 6.0
+    transaction_check_max: int = 15
     version: int = SERVER_VERSION
 
     def __post_init__(self):
@@ -59,3 +66,10 @@ class ServerOptions:
                 or self.rebalance_lock_max_live_seconds <= 0):
             raise ValueError("channel_expiry_seconds, housekeeping_interval and "
                              "rebalance_lock_max_live_seconds must be positive")
+        if self.transaction_check_interval <= 0 or self.transaction_timeout < 0:
+            raise ValueError("transaction_check_interval must be positive and "
+                             "transaction_timeout not negative, got "
+                             f"{self.transaction_check_interval} and {self.transaction_timeout}")
+        if self.transaction_check_max < 1:
+            raise ValueError(f"transaction_check_max must be at least 1, got "
+                             f"{self.transaction_check_max}")

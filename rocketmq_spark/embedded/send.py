@@ -8,6 +8,9 @@
   properties minus ``WAIT``, plus ``CLUSTER``, in HashMap iteration order, no trailing separator.
 * Batch messages keep each message's own property bytes and get the batch-level header
   properties (plus ``CLUSTER``) appended, with a ``\\x02`` in between when needed.
+* A single message whose ``TRAN_MSG`` property is true is a half message, stored in
+  ``RMQ_SYS_TRANS_HALF_TOPIC`` until END_TRANSACTION (:mod:`.transactions`); a batch with
+  transaction bits in its sysFlag is refused, as ``CommitLog.putMessages`` does.
 * A send to an unknown topic creates it from ``defaultTopic`` (TBW102) when that topic has the
   inherit permission: min(defaultTopicQueueNums, its write queues) queues, its perm minus inherit.
 """
@@ -21,7 +24,8 @@ from ..client.errors import MessageDecodeError
 from ..client.protocol.codes import DEFAULT_TOPIC, SEND_V2_KEYS, PERM_INHERIT, PERM_READ, PERM_WRITE, ResponseCode
 from ..client.protocol.frame import RemotingCommand
 from ..client.protocol.message import (
-    SYSFLAG_MULTI_TAGS, decode_batch, encode_stored_message, offset_msg_id, pack_host,
+    SYSFLAG_MULTI_TAGS, SYSFLAG_TRANSACTION_MASK, decode_batch, encode_stored_message,
+    offset_msg_id, pack_host,
 )
 from ..client.protocol.properties import (
     CLUSTER, TAGS, WAIT, decode_properties, encode_properties, java_hashmap_order,
@@ -31,6 +35,9 @@ from .headers import java_bool, opt_int, req_int, req_long, req_str
 from .nameserver import FAQ_SUFFIX
 from .schedule import delay_level, schedule_target
 from .store import TopicConfig
+from .transactions import (
+    HALF_TOPIC, TRANSACTION_NOT_TYPE, half_properties, is_half, with_transaction_type,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .broker import Broker
@@ -151,7 +158,8 @@ def handle_send(broker: "Broker", conn, cmd: RemotingCommand) -> RemotingCommand
             entries = decode_batch(cmd.body)
         except MessageDecodeError as exc:
             return error(ResponseCode.SYSTEM_ERROR, f"java.nio.BufferUnderflowException: {exc}")
-        if not entries or delay_level(properties) > 0:  # brokers never delay a batch
+        if (not entries or delay_level(properties) > 0  # brokers never delay a batch
+                or sys_flag & SYSFLAG_TRANSACTION_MASK):  # nor take one as a transaction
             return error(ResponseCode.MESSAGE_ILLEGAL, MESSAGE_ILLEGAL_REMARK)
         tail = batch_properties(properties, opts.cluster_name)
         for i, entry in enumerate(entries):
@@ -169,14 +177,22 @@ def handle_send(broker: "Broker", conn, cmd: RemotingCommand) -> RemotingCommand
             codes.append(tag_code(props))
             phys += len(records[-1])
     else:
-        props = stored_properties(properties, opts.cluster_name)
         store_topic, store_qid = topic, queue_id
-        delayed = schedule_target(properties, topic, queue_id, opts.cluster_name,
-                                  broker.schedule.max_level)
-        if delayed is not None:  # kept in SCHEDULE_TOPIC_XXXX until due (schedule.py)
-            store_topic, store_qid, props = delayed
+        if is_half(properties):  # kept in the half topic until ended (transactions.py)
+            broker.transactions.ensure_topic(HALF_TOPIC)
+            store_topic, store_qid = HALF_TOPIC, 0
+            props = half_properties(properties, topic, queue_id, opts.cluster_name)
+            sys_flag = with_transaction_type(sys_flag, TRANSACTION_NOT_TYPE)
             queue = store.queue(store_topic, store_qid)
             first_offset = queue.max_offset
+        else:
+            props = stored_properties(properties, opts.cluster_name)
+            delayed = schedule_target(properties, topic, queue_id, opts.cluster_name,
+                                      broker.schedule.max_level)
+            if delayed is not None:  # kept in SCHEDULE_TOPIC_XXXX until due (schedule.py)
+                store_topic, store_qid, props = delayed
+                queue = store.queue(store_topic, store_qid)
+                first_offset = queue.max_offset
         if len(cmd.body) > opts.max_message_size or len(props.encode()) > MAX_PROPERTIES_BYTES:
             return error(ResponseCode.MESSAGE_ILLEGAL, MESSAGE_ILLEGAL_REMARK)
         records.append(encode_stored_message(

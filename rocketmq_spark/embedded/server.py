@@ -126,9 +126,10 @@ class ServerConnection(asyncio.Protocol):
             if cmd.body:  # pull bodies are large: no copy into a joined frame
                 self.transport.write(cmd.body)
 
-    def send_oneway(self, code: int, ext_fields: Dict[str, str]) -> None:
-        """A server-initiated oneway request (e.g. NOTIFY_CONSUMER_IDS_CHANGED)."""
-        self.send(RemotingCommand(code=code, ext_fields=ext_fields, flag=FLAG_ONEWAY,
+    def send_oneway(self, code: int, ext_fields: Dict[str, str], body: bytes = b"") -> None:
+        """A server-initiated oneway request (e.g. NOTIFY_CONSUMER_IDS_CHANGED,
+        CHECK_TRANSACTION_STATE)."""
+        self.send(RemotingCommand(code=code, ext_fields=ext_fields, body=body, flag=FLAG_ONEWAY,
                                   opaque=next(self.server._opaque), language="JAVA",
                                   version=self.server.version))
 
@@ -321,6 +322,8 @@ class RemotingServer:
         if rule is not None:
             if rule.kind == "delay":
                 asyncio.get_running_loop().call_later(rule.seconds, self._process, conn, cmd)
+                return
+            if rule.kind == "drop":  # read and ignored: no effect, no answer
                 return
             if not cmd.is_oneway:
                 conn.send(cmd.make_response(rule.code, remark=rule.remark or None,
