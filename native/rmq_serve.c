@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "rmq_json.h"
 #include "rmq_pull.h"
 
 #define PERM_READ 4
@@ -90,79 +91,7 @@ static int read_binary(const uint8_t *h, Py_ssize_t n, req_t *r) {
     return 0;
 }
 
-/* ---- fastjson-shaped JSON, as in rmq_pull.c but keeping request fields */
-
-static const uint8_t *ws(const uint8_t *p, const uint8_t *e) {
-    while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
-    return p;
-}
-
-static const uint8_t *str(const uint8_t *p, const uint8_t *e, const uint8_t **s,
-                          Py_ssize_t *len, int *esc) {
-    if (p >= e || *p != '"') return NULL;
-    *s = ++p;
-    *esc = 0;
-    while (p < e && *p != '"') {
-        if (*p == '\\') { *esc = 1; if (++p >= e) return NULL; }
-        else if (*p < 0x20) return NULL;
-        p++;
-    }
-    if (p >= e) return NULL;
-    *len = p - *s;
-    return p + 1;
-}
-
-/* A JSON number (RFC 8259: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?) at p; NULL if not. */
-static const uint8_t *jnumber(const uint8_t *p, const uint8_t *e) {
-    if (p < e && *p == '-') p++;
-    if (p >= e) return NULL;
-    if (*p == '0') p++;
-    else if (*p >= '1' && *p <= '9') { while (p < e && *p >= '0' && *p <= '9') p++; }
-    else return NULL;
-    if (p < e && *p == '.') {
-        const uint8_t *d = ++p;
-        while (p < e && *p >= '0' && *p <= '9') p++;
-        if (p == d) return NULL;
-    }
-    if (p < e && (*p == 'e' || *p == 'E')) {
-        p++;
-        if (p < e && (*p == '+' || *p == '-')) p++;
-        const uint8_t *d = p;
-        while (p < e && *p >= '0' && *p <= '9') p++;
-        if (p == d) return NULL;
-    }
-    return p;
-}
-
-static const uint8_t *skip(const uint8_t *p, const uint8_t *e, int depth) {
-    p = ws(p, e);
-    if (p >= e || depth > 32) return NULL;
-    if (*p == '"') { const uint8_t *s; Py_ssize_t l; int esc; return str(p, e, &s, &l, &esc); }
-    if (*p == '{' || *p == '[') {
-        uint8_t close = *p == '{' ? '}' : ']';
-        int obj = *p == '{';
-        p = ws(p + 1, e);
-        if (p < e && *p == close) return p + 1;
-        for (;;) {
-            if (obj) {
-                const uint8_t *s; Py_ssize_t l; int esc;
-                if (!(p = str(ws(p, e), e, &s, &l, &esc))) return NULL;
-                p = ws(p, e);
-                if (p >= e || *p != ':') return NULL;
-                p++;
-            }
-            if (!(p = skip(p, e, depth + 1))) return NULL;
-            p = ws(p, e);
-            if (p < e && *p == ',') { p++; continue; }
-            if (p < e && *p == close) return p + 1;
-            return NULL;
-        }
-    }
-    if (*p == '-' || (*p >= '0' && *p <= '9')) return jnumber(p, e);
-    if (e - p >= 4 && (memcmp(p, "true", 4) == 0 || memcmp(p, "null", 4) == 0)) return p + 4;
-    if (e - p >= 5 && memcmp(p, "false", 5) == 0) return p + 5;
-    return NULL;
-}
+/* ---- fastjson-shaped JSON (rmq_json.h), keeping request fields */
 
 static int small_int(const uint8_t *p, Py_ssize_t n, int32_t *out) {
     int neg = 0;
@@ -187,7 +116,7 @@ static int read_json(const uint8_t *p, Py_ssize_t n, req_t *r) {
     if (p < e && *p == '}') return -1;
     for (;;) {
         const uint8_t *k; Py_ssize_t kl; int esc;
-        if (!(p = str(ws(p, e), e, &k, &kl, &esc)) || esc) return -1;
+        if (!(p = jstring(ws(p, e), e, &k, &kl, &esc)) || esc) return -1;
         p = ws(p, e);
         if (p >= e || *p != ':') return -1;
         p = ws(p + 1, e);
@@ -198,16 +127,16 @@ static int read_json(const uint8_t *p, Py_ssize_t n, req_t *r) {
             if (p < e && *p == '}') p++;
             else for (;;) {
                 const uint8_t *fk, *fv; Py_ssize_t fkl, fvl; int fesc, vesc = 0, plain = 1;
-                if (!(p = str(ws(p, e), e, &fk, &fkl, &fesc))) return -1;
+                if (!(p = jstring(ws(p, e), e, &fk, &fkl, &fesc))) return -1;
                 p = ws(p, e);
                 if (p >= e || *p != ':') return -1;
                 p = ws(p + 1, e);
                 if (p < e && *p == '"') {
-                    if (!(p = str(p, e, &fv, &fvl, &vesc))) return -1;
+                    if (!(p = jstring(p, e, &fv, &fvl, &vesc))) return -1;
                     plain = !vesc;
                 } else {
                     fv = p;
-                    if (!(p = skip(p, e, 1))) return -1;
+                    if (!(p = jskip(p, e, 1))) return -1;
                     fvl = p - fv;
                     /* a JSON number is its text to Python; true/false/null/objects are not
                      * what this path takes */
@@ -220,7 +149,7 @@ static int read_json(const uint8_t *p, Py_ssize_t n, req_t *r) {
                 return -1;
             }
         } else {
-            if (!(p = skip(p, e, 1))) return -1;
+            if (!(p = jskip(p, e, 1))) return -1;
             int32_t x;
             int is = (v < e && (*v == '-' || (*v >= '0' && *v <= '9'))) &&
                      small_int(v, p - v, &x) == 0;

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional
+from typing import Callable, Dict, Iterable, List
 
 from rocketmq_spark.client import Message, MessageQueue, Producer
 from rocketmq_spark.client.admin import Admin
+from feeder import PacedFeeder
+from source_helpers import wait_for
 
 TOPIC_QUEUES = 6  # per broker: 2 brokers x 6 queues
 
@@ -49,20 +50,18 @@ def sink_rows(spark, work: Path, name: str):
     return spark.read.schema(SINK_SCHEMA).parquet(str(path)).collect()
 
 
-class Feeder:
+class Feeder(PacedFeeder):
     """Sends ``n`` messages numbered 0..n-1 (key = number) round robin over the topic's queues
     at ``rate`` messages/s, in the background; ``queue_of[number]`` records each one's queue.
     :meth:`hold_at` makes it wait before message ``k`` until the returned event is set."""
 
     def __init__(self, namesrv: str, topic: str, n: int, rate: float = 1500.0,
                  chunk: int = 60):
-        self.namesrv, self.topic, self.n, self.rate, self.chunk = namesrv, topic, n, rate, chunk
-        self.sent = 0
+        super().__init__(namesrv, n, rate)
+        self.topic, self.chunk = topic, chunk
         self.queue_of: Dict[int, MessageQueue] = {}
-        self.error: Optional[BaseException] = None
         self._holds: Dict[int, threading.Event] = {}
         self._finish = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def hold_at(self, k: int) -> threading.Event:
         """Stop before sending message ``k`` (a chunk boundary) until the event is set."""
@@ -73,39 +72,22 @@ class Feeder:
         """Send no more chunks: ``n`` becomes what was sent (wait with :meth:`join`)."""
         self._finish.set()
 
-    def start(self) -> "Feeder":
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        try:
-            with Producer(self.namesrv) as producer:
-                queues = producer.queues(self.topic, refresh=True)
-                next_at = time.monotonic()
-                for i, first in enumerate(range(0, self.n, self.chunk)):
-                    if self._finish.is_set():
-                        self.n = first
-                        break
-                    if first in self._holds:
-                        self._holds[first].wait(600)
-                        next_at = time.monotonic()
-                    numbers = range(first, min(first + self.chunk, self.n))
-                    mq = queues[i % len(queues)]
-                    producer.send_batch([Message(self.topic, f"g{k}".encode(), keys=str(k))
-                                         for k in numbers], queue=mq)
-                    for k in numbers:
-                        self.queue_of[k] = mq
-                    self.sent = numbers[-1] + 1
-                    next_at += len(numbers) / self.rate
-                    time.sleep(max(0.0, next_at - time.monotonic()))
-        except BaseException as exc:  # surfaced by join()
-            self.error = exc
-
-    def join(self, timeout: float = 300) -> None:
-        self._thread.join(timeout)
-        if self.error is not None:
-            raise AssertionError(f"the producer failed: {self.error!r}")
-        assert self.sent == self.n
+    def feed(self, producer: Producer) -> None:
+        queues = producer.queues(self.topic, refresh=True)
+        for i, first in enumerate(range(0, self.n, self.chunk)):
+            if self._finish.is_set():
+                self.n = first
+                break
+            if first in self._holds:
+                self._holds[first].wait(600)
+                self.restart_pace()
+            numbers = range(first, min(first + self.chunk, self.n))
+            mq = queues[i % len(queues)]
+            producer.send_batch([Message(self.topic, f"g{k}".encode(), keys=str(k))
+                                 for k in numbers], queue=mq)
+            for k in numbers:
+                self.queue_of[k] = mq
+            self.pace(len(numbers))
 
 
 def lock_holders(cluster, group: str) -> Dict[MessageQueue, str]:
@@ -129,13 +111,8 @@ def shares(holders: Dict[MessageQueue, str]) -> Dict[str, int]:
 
 def wait_until(predicate: Callable[[], object], timeout: float, what: str,
                interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    """source_helpers.wait_for with the group tests' argument order."""
+    return wait_for(predicate, timeout, interval, what)
 
 
 def duplicates(keys: Iterable[int]) -> Dict[int, int]:

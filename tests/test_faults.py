@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -24,6 +23,8 @@ from typing import Dict, List, Optional
 
 import pytest
 
+from app_process import AppProcess
+from feeder import PacedFeeder
 from rocketmq_spark.client import Message, Producer
 from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
@@ -37,73 +38,17 @@ TOPICS = ("FaultA", "FaultB", "FaultC")
 # ------------------------------------------------------------------------------ harness
 
 
-class Pipeline:
+class Pipeline(AppProcess):
     """The pipeline process: start it, kill it, let it drain; its JSON events are kept."""
 
     def __init__(self, namesrv: str, work: Path, master: str = "local[2]", *extra: str):
-        self.namesrv, self.work, self.master, self.extra = namesrv, work, master, list(extra)
-        self.stop_file = work / "stop"
-        self.events: List[dict] = []
-        self.proc: Optional[subprocess.Popen] = None
-        self.starts = 0
-        self.mark = 0
+        super().__init__([sys.executable, str(PIPELINE), "--namesrv", namesrv, "--topics",
+                          ",".join(TOPICS), "--work", str(work), "--master", master,
+                          "--stop-file", str(work / "stop"), *extra],
+                         work, "pipeline", stop_file=work / "stop")
 
-    def start(self, mode: str = "run", timeout: float = 120) -> None:
-        self.stop_file.unlink(missing_ok=True)
-        self.mark = len(self.events)  # waits look at this run's events only
-        self.proc = subprocess.Popen(
-            [sys.executable, str(PIPELINE), "--namesrv", self.namesrv, "--topics",
-             ",".join(TOPICS), "--work", str(self.work), "--master", self.master, "--mode",
-             mode, "--stop-file", str(self.stop_file), *self.extra],
-            stdout=subprocess.PIPE, stderr=open(self.work / f"stderr-{self.starts}.log", "w"),
-            text=True, start_new_session=True)
-        self.starts += 1
-        threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
-        self.wait_for(lambda e: e["event"] == "ready", timeout, "the pipeline to start")
-
-    def _read(self, proc) -> None:
-        for line in proc.stdout:
-            try:
-                self.events.append(json.loads(line))
-            except ValueError:
-                pass
-
-    def wait_for(self, match, timeout: float, what: str) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for event in self.events[self.mark:]:
-                if event["event"] == "failed":
-                    raise AssertionError(f"the pipeline failed: {event}")
-                if match(event):
-                    return event
-            if self.proc.poll() is not None and not any(
-                    match(e) for e in self.events[self.mark:]):
-                raise AssertionError(f"the pipeline exited ({self.proc.returncode}) before "
-                                     f"{what}; see {self.work}/stderr-*.log")
-            time.sleep(0.05)
-        raise AssertionError(f"timed out waiting for {what}")
-
-    def ready(self) -> dict:
-        return [e for e in self.events if e["event"] == "ready"][-1]
-
-    def jvm_pid(self) -> int:
-        return [e for e in self.events if e["event"] == "ready"][-1]["jvm_pid"]
-
-    def kill(self) -> None:
-        """SIGKILL the Spark driver JVM, then whatever is left of the process group."""
-        os.kill(self.jvm_pid(), signal.SIGKILL)
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(30)
-        self.events.append({"event": "killed"})
-
-    def drain(self, timeout: float = 600) -> None:
-        """Ask the running pipeline to stop and read what is left (Trigger.AvailableNow)."""
-        self.stop_file.touch()
-        self.wait_for(lambda e: e["event"] == "drained", timeout, "the drain")
-        assert self.proc.wait(60) == 0
+    def start(self, mode: str = "run", timeout: float = 120) -> "Pipeline":
+        return super().start("--mode", mode, timeout=timeout)
 
     def mid_batch(self) -> bool:
         """A batch is planned in the offset log and not yet in the commit log."""
@@ -115,51 +60,31 @@ class Pipeline:
         return last("offsets") > last("commits") >= 0
 
 
-class Feeder:
+class Feeder(PacedFeeder):
     """Sends messages numbered 0..n-1 (key = number) to the topics in batches of 100, in the
     background; every send must succeed, so each number is stored exactly once."""
 
     def __init__(self, namesrv: str, n: int = N, rate: float = 2000.0):
-        self.namesrv, self.n, self.rate = namesrv, n, rate
-        self.sent = 0
-        self.error: Optional[BaseException] = None
+        super().__init__(namesrv, n, rate)
         self.queues_only = None  # a callable picking allowed queues (broker outages)
         self.pause_at: Optional[int] = None  # hold there until resume is set
         self.resume = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def start(self) -> "Feeder":
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        try:
-            with Producer(self.namesrv) as producer:
-                next_at = time.monotonic()
-                for chunk, start in enumerate(range(0, self.n, 100)):
-                    if self.pause_at is not None and start >= self.pause_at:
-                        self.resume.wait(300)
-                        next_at = time.monotonic()
-                    topic = TOPICS[chunk % len(TOPICS)]
-                    msgs = [Message(topic, f"fault-{i}".encode(), keys=str(i))
-                            for i in range(start, min(start + 100, self.n))]
-                    queue = None
-                    if self.queues_only is not None:
-                        allowed = [q for q in producer.queues(topic, refresh=True)
-                                   if self.queues_only(q)]
-                        queue = allowed[chunk % len(allowed)]
-                    producer.send_batch(msgs, queue=queue)
-                    self.sent = start + len(msgs)
-                    next_at += len(msgs) / self.rate
-                    time.sleep(max(0.0, next_at - time.monotonic()))
-        except BaseException as exc:  # surfaced by join()
-            self.error = exc
-
-    def join(self, timeout: float = 300) -> None:
-        self._thread.join(timeout)
-        if self.error is not None:
-            raise AssertionError(f"the producer failed: {self.error!r}")
-        assert self.sent == self.n
+    def feed(self, producer: Producer) -> None:
+        for chunk, start in enumerate(range(0, self.n, 100)):
+            if self.pause_at is not None and start >= self.pause_at:
+                self.resume.wait(300)
+                self.restart_pace()
+            topic = TOPICS[chunk % len(TOPICS)]
+            msgs = [Message(topic, f"fault-{i}".encode(), keys=str(i))
+                    for i in range(start, min(start + 100, self.n))]
+            queue = None
+            if self.queues_only is not None:
+                allowed = [q for q in producer.queues(topic, refresh=True)
+                           if self.queues_only(q)]
+                queue = allowed[chunk % len(allowed)]
+            producer.send_batch(msgs, queue=queue)
+            self.pace(len(msgs))
 
 
 @pytest.fixture
@@ -292,7 +217,7 @@ def test_task_failures_are_retried_without_loss_or_duplicates(spark, cluster, tm
     seen = len(pipeline.events)
     pipeline.wait_for(lambda e: e["event"] == "progress" and e["rows"] > 0
                       and pipeline.events.index(e) > seen + 1, 120, "a batch after the refusals")
-    log = tmp_path / "stderr-0.log"
+    log = tmp_path / "pipeline-0.log"
     # A killed Python worker inside read(): the broker holds every pull for a second, so a read
     # lasts long enough to be caught, and the forked Python workers are killed until Spark logs
     # that a task's worker crashed (the task is then retried). Idle workers just respawn.
@@ -314,7 +239,7 @@ def test_task_failures_are_retried_without_loss_or_duplicates(spark, cluster, tm
     pipeline.drain()
     verify(spark, tmp_path)
     assert not any(e["event"] == "failed" for e in pipeline.events)
-    logs = (tmp_path / "stderr-0.log").read_text()
+    logs = (tmp_path / "pipeline-0.log").read_text()
     assert "NO_PERMISSION" in logs, "the broker's refusal failed a task (then retried)"
     assert "Python worker exited unexpectedly" in logs, "a killed worker failed a task"
 
@@ -441,7 +366,7 @@ def test_retention_past_the_checkpoint(spark, cluster, tmp_path, fail_on_data_lo
     for rows in (file_rows, batch_rows):
         keys = sorted(int(r["keys"]) for r in rows)
         assert len(keys) == len(set(keys)) == N - 50
-    logs = "".join(p.read_text() for p in tmp_path.glob("stderr-*.log"))
+    logs = "".join(p.read_text() for p in tmp_path.glob("pipeline-*.log"))
     assert f"skipped 50 lost messages of {queue.key}" in logs  # logged, with the count
 
 

@@ -10,17 +10,14 @@ Slow (a Spark application per member in its own process): ``ci/test.sh -m slow``
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Dict, List, Tuple
 
 import pytest
 
+from app_process import AppProcess
 from group_helpers import (
     TOPIC_QUEUES, Feeder, duplicates, lock_holders, member_query, queues_of, running_queues,
     shares, sink_rows, wait_until,
@@ -31,48 +28,23 @@ from rocketmq_spark.source.allocation import allocate_all
 APP = Path(__file__).resolve().parent / "group_member_app.py"
 
 
-class MemberApp:
+class MemberApp(AppProcess):
     """tests/group_member_app.py in a process group of its own."""
 
     def __init__(self, namesrv: str, topic: str, group: str, name: str, work: Path,
                  *options: str):
-        self.args = [sys.executable, str(APP), "--namesrv", namesrv, "--topic", topic,
-                     "--group", group, "--name", name, "--work", str(work), "--stop-file",
-                     str(work / f"{name}.stop")]
+        argv = [sys.executable, str(APP), "--namesrv", namesrv, "--topic", topic, "--group",
+                group, "--name", name, "--work", str(work), "--stop-file",
+                str(work / f"{name}.stop")]
         for option in options:
-            self.args += ["--option", option]
-        self.work, self.name = work, name
-        self.events: List[dict] = []
-        self.runs = 0
+            argv += ["--option", option]
+        super().__init__(argv, work, name)
 
     def start(self) -> "MemberApp":
-        self.events.clear()
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, text=True,
-                                     stderr=open(self.work / f"{self.name}-{self.runs}.log", "w"),
-                                     start_new_session=True)
-        self.runs += 1
-        threading.Thread(target=self._read, daemon=True).start()
-        wait_until(lambda: any(e["event"] == "ready" for e in self.events), 120,
-                   f"{self.name} to start")
-        return self
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            try:
-                self.events.append(json.loads(line))
-            except ValueError:
-                pass
+        return super().start(timeout=120)
 
     def batches_with_rows(self) -> int:
-        return sum(1 for e in self.events if e["event"] == "progress" and e["rows"])
-
-    def kill(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(30)
-
-    def stop(self) -> None:
-        (self.work / f"{self.name}.stop").touch()
-        assert self.proc.wait(120) == 0
+        return sum(1 for e in self.run_events if e["event"] == "progress" and e["rows"])
 
 
 def checkpoint_batches(cp: Path) -> Tuple[Dict[int, dict], set]:

@@ -15,13 +15,11 @@ the signer of client/acl.py and the signatures Apache's C++ client put on its pu
 """
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import itertools
 import logging
 import os
-import signal
 import socket
 import struct
 import subprocess
@@ -45,7 +43,7 @@ from rocketmq_spark.client.protocol.codes import RequestCode, SerializeType
 from rocketmq_spark.client.protocol.frame import RemotingCommand, decode_frame, encode_frame
 from rocketmq_spark.client.pull import PullRequest
 
-from test_pull_pipeline import bodies  # noqa: E402  (tests/ is on sys.path)
+from test_pull_pipeline import assert_a_signal_interrupts, bodies  # noqa: E402  (tests/ is on sys.path)
 
 GROUP = "secure-pipeline-group"
 AK, SK = "ak-pipeline", "sk-pipeline-very-secret"
@@ -436,30 +434,12 @@ def test_other_frames_on_a_tls_connection_are_dispatched_during_the_loop(
 def test_a_signal_interrupts_the_tls_loop_at_once(embedded_cluster_factory):
     """A Python signal handler runs while the loop waits on a held pull through TLS, not after
     the pull timeout; the next read recovers on a new connection."""
-    class Interrupted(Exception):
-        pass
-
-    def handler(signum, frame):
-        raise Interrupted()
-
     cluster = embedded_cluster_factory(brokers=1, tls="enforcing", acl={AK: SK})
     cluster.create_topic("Held", queues=1)
     cluster.append("Held", "broker-a", 0, bodies(200))
     with Admin(cluster.namesrv_addr, config=_config("acl+tls")) as admin:
         mq = admin.queues("Held")[0]
-        previous = signal.signal(signal.SIGUSR1, handler)
-        cluster.delay_next(40, 4.0, request_codes=[RequestCode.PULL_MESSAGE])
-        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGUSR1))
-        try:
-            timer.start()
-            started = time.monotonic()
-            with pytest.raises(Interrupted):
-                read(admin, mq, 0, 200, pull_timeout=10)
-            assert time.monotonic() - started < 2
-        finally:
-            timer.cancel()
-            signal.signal(signal.SIGUSR1, previous)
-            cluster.clear_faults()
+        assert_a_signal_interrupts(cluster, lambda: read(admin, mq, 0, 200, pull_timeout=10))
         rows, reader = read(admin, mq, 0, 200)
         assert len(rows) == 200 and reader.path == "native"
 

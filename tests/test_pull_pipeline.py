@@ -359,9 +359,9 @@ def test_both_loops_read_the_genuine_brokers_answers_alike(capture, subscription
         broker.close()
 
 
-def test_a_signal_interrupts_the_native_loop_at_once(capped, capped_admin):
-    """A Python signal handler (Ctrl-C's, here SIGUSR1's) runs while the loop waits for a held
-    pull, not after the pull timeout; the connection is then closed, not left mid-frame."""
+def assert_a_signal_interrupts(cluster, read_held) -> None:
+    """With every pull held 4 s, a SIGUSR1 handler raising 0.3 s into ``read_held()`` stops it
+    at once, not after the pull timeout."""
     import os
     import signal
 
@@ -371,19 +371,25 @@ def test_a_signal_interrupts_the_native_loop_at_once(capped, capped_admin):
     def handler(signum, frame):
         raise Interrupted()
 
-    mq = capped_admin.queues("Capped")[0]
     previous = signal.signal(signal.SIGUSR1, handler)
-    capped.delay_next(40, 4.0, request_codes=[RequestCode.PULL_MESSAGE])
+    cluster.delay_next(40, 4.0, request_codes=[RequestCode.PULL_MESSAGE])
     timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGUSR1))
     try:
         timer.start()
         started = time.monotonic()
         with pytest.raises(Interrupted):
-            read(capped_admin, mq, 0, 600, pull_timeout=10)
+            read_held()
         assert time.monotonic() - started < 2
     finally:
         timer.cancel()
         signal.signal(signal.SIGUSR1, previous)
-        capped.clear_faults()
+        cluster.clear_faults()
+
+
+def test_a_signal_interrupts_the_native_loop_at_once(capped, capped_admin):
+    """A Python signal handler (Ctrl-C's, here SIGUSR1's) runs while the loop waits for a held
+    pull, not after the pull timeout; the connection is then closed, not left mid-frame."""
+    mq = capped_admin.queues("Capped")[0]
+    assert_a_signal_interrupts(capped, lambda: read(capped_admin, mq, 0, 600, pull_timeout=10))
     rows, _ = read(capped_admin, mq, 0, 600)  # the client recovers on a new connection
     assert len(rows) == 600

@@ -4,19 +4,15 @@ tests/sink_pipeline.py): every input message reaches the output at least once, a
 sent again after the kill carries the message id of its first copy."""
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
 import sys
-import threading
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import List, Optional
+from typing import List
 
 import pytest
 
+from app_process import AppProcess
 from rocketmq_spark.client.protocol.codes import RequestCode
 from source_helpers import produce
 
@@ -77,63 +73,16 @@ def test_read_transform_write_restarts_from_its_checkpoint(spark, embedded_clust
 # ------------------------------------------------------------------ driver SIGKILL
 
 
-class Pipeline:
+class Pipeline(AppProcess):
     """tests/sink_pipeline.py in a process of its own: start, kill, drain."""
 
     def __init__(self, namesrv: str, source: str, sink: str, work: Path, *extra: str):
-        self.args = ["--namesrv", namesrv, "--source", source, "--sink", sink, "--work",
-                     str(work), "--stop-file", str(work / "stop"), *extra]
-        self.work = work
-        self.events: List[dict] = []
-        self.proc: Optional[subprocess.Popen] = None
-        self.starts = 0
+        super().__init__([sys.executable, str(PIPELINE), "--namesrv", namesrv, "--source",
+                          source, "--sink", sink, "--work", str(work), "--stop-file",
+                          str(work / "stop"), *extra], work, "pipeline", stop_file=work / "stop")
 
-    def start(self, mode: str = "run") -> None:
-        (self.work / "stop").unlink(missing_ok=True)
-        self.mark = len(self.events)
-        self.proc = subprocess.Popen(
-            [sys.executable, str(PIPELINE), "--mode", mode, *self.args],
-            stdout=subprocess.PIPE, stderr=open(self.work / f"stderr-{self.starts}.log", "w"),
-            text=True, start_new_session=True)
-        self.starts += 1
-        threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
-        self.wait_for(lambda e: e["event"] == "ready", 180, "the pipeline to start")
-
-    def _read(self, proc) -> None:
-        for line in proc.stdout:
-            try:
-                self.events.append(json.loads(line))
-            except ValueError:
-                pass
-
-    def wait_for(self, match, timeout: float, what: str) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for event in self.events[self.mark:]:
-                if event["event"] == "failed":
-                    raise AssertionError(f"the pipeline failed: {event}")
-                if match(event):
-                    return event
-            if self.proc.poll() is not None and not any(
-                    match(e) for e in self.events[self.mark:]):
-                raise AssertionError(f"the pipeline exited ({self.proc.returncode}) before "
-                                     f"{what}; see {self.work}/stderr-*.log")
-            time.sleep(0.05)
-        raise AssertionError(f"timed out waiting for {what}")
-
-    def kill(self) -> None:
-        jvm = [e for e in self.events if e["event"] == "ready"][-1]["jvm_pid"]
-        os.kill(jvm, signal.SIGKILL)
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(30)
-
-    def drain(self) -> None:
-        (self.work / "stop").touch()
-        self.wait_for(lambda e: e["event"] == "drained", 600, "the drain")
-        assert self.proc.wait(60) == 0
+    def start(self, mode: str = "run") -> "Pipeline":
+        return super().start("--mode", mode)
 
     def batches(self, folder: str) -> List[int]:
         path = self.work / "cp" / folder
