@@ -1,0 +1,274 @@
+"""deliveryGuarantee=exactlyOnce: half messages, the commit record, END_TRANSACTION, check-backs.
+
+Against the embedded server over real sockets (its transactional messages follow
+apache/rocketmq 4.9.8's broker), and a real Spark session for the pipeline. The part tests
+drive the sink's own task and commit code without Spark where Spark cannot be paused at the
+moment that matters (between the tasks' sends and the driver's commit).
+
+The driver-kill tests (ROCKETMQ_SPARK_SINK_KILL) are in test_sink_exactly_once_kills.py.
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import StringType, StructField, StructType
+
+from rocketmq_spark.client.admin import Admin
+from rocketmq_spark.client.remoting import RemotingClient
+from rocketmq_spark.client.transaction import END_TRANSACTION, CheckResponder
+from rocketmq_spark.options import OptionError
+from rocketmq_spark.sink import exactly_once as eo
+from rocketmq_spark.sink.ids import TaskIdentity
+from rocketmq_spark.sink.options import parse_sink_options
+from rocketmq_spark.sink.schema import plan_columns
+from rocketmq_spark.sink.task import write_task
+from rocketmq_spark.sink.writer import _half_properties, batch_writer, stream_writer
+from source_helpers import produce
+
+SCHEMA = StructType([StructField("body", StringType())])
+QUERY = "q-test"
+
+
+def visible(cluster, topic: str) -> int:
+    return sum(cluster.max_offset(topic, b.name, q) for b in cluster.brokers for q in range(4))
+
+
+def pull_bodies(cluster, topic: str) -> Counter:
+    from rocketmq_spark.client.broker import BrokerClient
+    from rocketmq_spark.client.protocol import message as M
+    from rocketmq_spark.client.pull import PullRequest, PullStatus
+
+    seen: Counter = Counter()
+    with RemotingClient() as remoting:
+        brokers = BrokerClient(remoting)
+        for b in cluster.brokers:
+            for q in range(4):
+                offset = 0
+                while True:
+                    r = brokers.pull(b.addr, PullRequest("eo-check", topic, q, offset, b.name))
+                    if r.status is not PullStatus.FOUND:
+                        break
+                    for m in M.decode_messages(r.body):
+                        seen[m.body.decode()] += 1
+                        assert m.properties.get("TRAN_MSG") == "true"
+                    offset = r.next_begin_offset
+    return seen
+
+
+def send_halves(cluster, topic: str, rows, batch_id: int = 0, group: str = "eo-group"):
+    """One task attempt's half messages, sent by the sink's task code; its summary."""
+    options = parse_sink_options({"nameServer": cluster.namesrv_addr, "topic": topic,
+                                  "deliveryGuarantee": "exactlyOnce",
+                                  "producerGroup": group})
+    plan = plan_columns(SCHEMA, topic)
+    batch = pa.RecordBatch.from_arrays([pa.array([str(r) for r in rows])], ["body"])
+    identity = TaskIdentity("stream", QUERY, batch_id, 0)
+    return write_task([batch], plan, options, identity, group,
+                      half_properties=_half_properties(group, QUERY, batch_id))
+
+
+def record_of(summary, batch_id: int, group: str = "eo-group") -> eo.BatchRecord:
+    from rocketmq_spark.client.transaction import HalfHandle
+
+    return eo.BatchRecord(batch_id, QUERY, group, [summary.token],
+                          [HalfHandle.from_tuple(t) for t in summary.handles])
+
+
+@pytest.fixture
+def txn_cluster(embedded_cluster_factory):
+    cluster = embedded_cluster_factory(brokers=2, transaction_check_interval=0.5,
+                                       transaction_timeout=0.5, transaction_check_max=30)
+    return cluster
+
+
+# ------------------------------------------------------------------------------ options
+
+
+def test_option_errors_name_the_option(tmp_path):
+    with pytest.raises(OptionError, match="deliveryGuarantee: 'twice'"):
+        parse_sink_options({"nameServer": "h:9876", "deliveryGuarantee": "twice"})
+    with pytest.raises(OptionError, match="exactlyOnce works over RocketMQ's remoting"):
+        parse_sink_options({"endpoints": "h:8081", "deliveryGuarantee": "exactlyOnce"})
+    with pytest.raises(OptionError, match="checkpointLocation"):
+        stream_writer({"nameServer": "h:9876", "topic": "t",
+                       "deliveryGuarantee": "exactlyOnce"}, SCHEMA, False)
+    with pytest.raises(OptionError, match="local path or file: URI"):
+        stream_writer({"nameServer": "h:9876", "topic": "t", "deliveryGuarantee": "exactlyOnce",
+                       "checkpointLocation": "s3a://bucket/cp"}, SCHEMA, False)
+    delayed = StructType(SCHEMA.fields + [StructField("delayLevel", __import__(
+        "pyspark.sql.types", fromlist=["IntegerType"]).IntegerType())])
+    with pytest.raises(OptionError, match="column delayLevel"):
+        batch_writer({"nameServer": "h:9876", "topic": "t",
+                      "deliveryGuarantee": "exactlyOnce"}, delayed, False)
+    assert parse_sink_options({"nameServer": "h:9876"}).delivery_guarantee == "atLeastOnce"
+    assert parse_sink_options({"nameServer": "h:9876", "deliveryguarantee": "EXACTLYONCE"}
+                              ).exactly_once
+
+
+# ------------------------------------------------------------------------------ protocol paths
+
+
+def test_half_messages_are_invisible_until_the_commit_then_delivered_once(txn_cluster,
+                                                                           unique_name,
+                                                                           tmp_path):
+    cluster = txn_cluster
+    topic = unique_name("EoVisible")
+    cluster.create_topic(topic, 4)
+    summary = send_halves(cluster, topic, range(200))
+    assert len(summary.handles) == 200 and summary.token
+    time.sleep(0.3)
+    assert visible(cluster, topic) == 0, "a half message reached its topic before the commit"
+    log = eo.CommitLog(str(tmp_path / "rocketmq-sink"))
+    with RemotingClient() as remoting:
+        sent = eo.commit_batch(log, remoting, eo.OpTopic(remoting), record_of(summary, 0))
+    assert sent == 200
+    deadline = time.time() + 10
+    while visible(cluster, topic) < 200 and time.time() < deadline:
+        time.sleep(0.1)
+    seen = pull_bodies(cluster, topic)
+    assert seen == Counter(str(i) for i in range(200))
+    assert log.ended_at(0) is not None and log.pending() == []
+
+
+def test_aborted_attempt_is_never_delivered_even_after_check_backs(txn_cluster, unique_name,
+                                                                   tmp_path):
+    cluster = txn_cluster
+    topic = unique_name("EoAbort")
+    cluster.create_topic(topic, 4)
+    summary = send_halves(cluster, topic, range(50), group="eo-abort")
+    with RemotingClient() as remoting:
+        eo.rollback(remoting, "eo-abort", record_of(summary, 0, "eo-abort").handles)
+    # An attempt nobody settles (a dead task): the record answers ROLLBACK once a later
+    # batch is committed.
+    lost = send_halves(cluster, topic, range(1000, 1030), batch_id=1, group="eo-abort")
+    later = send_halves(cluster, topic, range(2000, 2010), batch_id=2, group="eo-abort")
+    log = eo.CommitLog(str(tmp_path / "rocketmq-sink"))
+    with RemotingClient() as remoting:
+        eo.commit_batch(log, remoting, eo.OpTopic(remoting), record_of(later, 2, "eo-abort"))
+        ops = eo.OpTopic(remoting)
+        responder = CheckResponder.create(
+            RemotingClient().config, "eo-abort",
+            lambda req: eo.decide(log, QUERY, ops, req)).start()
+        responder.register(b.addr for b in cluster.brokers)
+        try:
+            deadline = time.time() + 15
+            while responder.answered["ROLLBACK"] < 30 and time.time() < deadline:
+                time.sleep(0.2)
+        finally:
+            responder.close()
+    assert responder.answered["ROLLBACK"] >= 30, responder.answered
+    assert responder.answered["COMMIT"] == 0
+    time.sleep(1)
+    assert pull_bodies(cluster, topic) == Counter(str(i) for i in range(2000, 2010))
+    assert lost.token not in log.committed(2).tokens
+
+
+def test_dropped_end_transactions_are_settled_by_check_back_as_recorded(txn_cluster,
+                                                                        unique_name, tmp_path):
+    cluster = txn_cluster
+    topic = unique_name("EoDrop")
+    cluster.create_topic(topic, 4)
+    summary = send_halves(cluster, topic, range(100), group="eo-drop")
+    log = eo.CommitLog(str(tmp_path / "rocketmq-sink"))
+    cluster.drop_next(40, request_codes=[END_TRANSACTION])  # 40 COMMITs lost on the way
+    with RemotingClient() as remoting:
+        eo.commit_batch(log, remoting, eo.OpTopic(remoting), record_of(summary, 0, "eo-drop"))
+    time.sleep(1)
+    assert visible(cluster, topic) == 60
+    import os
+    past = time.time() - 2 * eo.END_GRACE_SECONDS
+    os.utime(os.path.join(log.root, "ended", "0"), (past, past))  # the grace period is over
+    with RemotingClient() as lookups:
+        ops = eo.OpTopic(lookups)
+        responder = CheckResponder.create(
+            RemotingClient().config, "eo-drop",
+            lambda req: eo.decide(log, QUERY, ops, req)).start()
+        responder.register(b.addr for b in cluster.brokers)
+        try:
+            deadline = time.time() + 20
+            while visible(cluster, topic) < 100 and time.time() < deadline:
+                time.sleep(0.2)
+            time.sleep(2)  # more check rounds: nothing may be committed twice
+        finally:
+            responder.close()
+    assert pull_bodies(cluster, topic) == Counter(str(i) for i in range(100))
+    assert responder.answered["COMMIT"] == 40, responder.answered
+
+
+def test_restart_settles_a_recorded_batch_without_a_second_commit(txn_cluster, unique_name,
+                                                                  tmp_path):
+    """A driver killed after its record, with half of its END_TRANSACTIONs sent: settling
+    commits exactly the other half (the op topic says which arrived)."""
+    cluster = txn_cluster
+    topic = unique_name("EoSettle")
+    cluster.create_topic(topic, 4)
+    summary = send_halves(cluster, topic, range(300), group="eo-settle")
+    record = record_of(summary, 7, "eo-settle")
+    log = eo.CommitLog(str(tmp_path / "rocketmq-sink"))
+    with RemotingClient() as remoting:
+        ops = eo.OpTopic(remoting)
+        for a in {h.address for h in record.handles}:
+            record.op_start[a] = ops.max_offset(a)
+        log.record_commit(record)
+        from rocketmq_spark.client.transaction import Outcome, end_transactions
+        end_transactions(remoting, "eo-settle", record.handles[:120], Outcome.COMMIT)
+    time.sleep(1)
+    assert log.pending() == [7]
+    with RemotingClient() as remoting:  # the next run
+        sent = eo.settle(log, remoting, eo.OpTopic(remoting))
+    assert sent == 180
+    time.sleep(1)
+    assert pull_bodies(cluster, topic) == Counter(str(i) for i in range(300))
+    assert log.pending() == []
+
+
+def test_replayed_committed_batch_is_rolled_back(txn_cluster, unique_name, tmp_path):
+    cluster = txn_cluster
+    topic = unique_name("EoReplay")
+    cluster.create_topic(topic, 4)
+    log = eo.CommitLog(str(tmp_path / "rocketmq-sink"))
+    first = send_halves(cluster, topic, range(80), batch_id=3, group="eo-replay")
+    with RemotingClient() as remoting:
+        eo.commit_batch(log, remoting, eo.OpTopic(remoting), record_of(first, 3, "eo-replay"))
+    replay = send_halves(cluster, topic, range(80), batch_id=3, group="eo-replay")
+    with RemotingClient() as remoting:
+        sent = eo.commit_batch(log, remoting, eo.OpTopic(remoting),
+                               record_of(replay, 3, "eo-replay"))
+    assert sent == 0
+    time.sleep(1)
+    assert pull_bodies(cluster, topic) == Counter(str(i) for i in range(80))
+
+
+# ------------------------------------------------------------------------------ Spark
+
+
+def test_stream_pipeline_exactly_once(spark, txn_cluster, unique_name, tmp_path):
+    cluster = txn_cluster
+    source, sink = unique_name("EoIn"), unique_name("EoOut")
+    cluster.create_topic(source, 4)
+    cluster.create_topic(sink, 4)
+    produce(cluster.namesrv_addr, source, range(1500))
+    checkpoint = str(tmp_path / "cp")
+
+    def run():
+        query = (spark.readStream.format("rocketmq").option("nameServer", cluster.namesrv_addr)
+                 .option("subscribe", source).option("startingOffsets", "earliest")
+                 .option("maxMessagesPerTrigger", "500").load()
+                 .selectExpr("CAST(body AS STRING) AS body")
+                 .writeStream.format("rocketmq").option("nameServer", cluster.namesrv_addr)
+                 .option("topic", sink).option("deliveryGuarantee", "exactlyOnce")
+                 .option("checkpointLocation", checkpoint)
+                 .trigger(availableNow=True).start())
+        assert query.awaitTermination(240)
+        assert query.exception() is None, query.exception()
+
+    run()
+    produce(cluster.namesrv_addr, source, range(1500, 2000))
+    run()  # a restart on the same checkpoint
+    seen = pull_bodies(cluster, sink)
+    assert len(seen) == 2000 and set(seen.values()) == {1}
+    log = eo.CommitLog(eo.record_root(checkpoint))
+    assert log.pending() == [] and len(log.committed_ids()) >= 2
