@@ -245,8 +245,10 @@ def test_replayed_committed_batch_is_rolled_back(txn_cluster, unique_name, tmp_p
 # ------------------------------------------------------------------------------ Spark
 
 
-def test_stream_pipeline_exactly_once(spark, txn_cluster, unique_name, tmp_path):
-    cluster = txn_cluster
+def test_stream_pipeline_exactly_once(spark, embedded_cluster_factory, unique_name, tmp_path):
+    # A broker's usual pace of check-backs (none while a batch commits in time).
+    cluster = embedded_cluster_factory(brokers=2, transaction_check_interval=30,
+                                       transaction_timeout=6)
     source, sink = unique_name("EoIn"), unique_name("EoOut")
     cluster.create_topic(source, 4)
     cluster.create_topic(sink, 4)

@@ -212,6 +212,7 @@ class CheckResponder:
         self.brokers = BrokerClient(remoting)
         self.answered: Dict[str, int] = {o.name: 0 for o in Outcome}
         self._addresses: List[str] = []
+        self._retried: Dict[str, float] = {}
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
@@ -272,7 +273,10 @@ class CheckResponder:
             for a in list(self._addresses):
                 conn = self.remoting._connections.get(a)
                 if conn is None or conn.closed:
-                    self._heartbeat(a)  # reconnect and register again
+                    # reconnect and register again, at most once a second per broker
+                    if time.monotonic() - self._retried.get(a, 0.0) >= 1.0:
+                        self._retried[a] = time.monotonic()
+                        self._heartbeat(a)
                     continue
                 conn.poll()
             self._stop.wait(self.poll_interval)
