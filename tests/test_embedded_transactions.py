@@ -8,8 +8,12 @@ TransactionalMessageServiceImpl, AbstractTransactionalMessageCheckListener).
 """
 from __future__ import annotations
 
+import importlib.util
 import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +31,7 @@ HALF, OP, MAX_TIME = "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", 
     "TRANS_CHECK_MAX_TIME_TOPIC"
 COMMIT, ROLLBACK, UNKNOWN = 8, 12, 0
 GROUP = "PG_TXN"
+CPP_PEER = Path(__file__).resolve().parent / "cpp_peer.py"
 TOPIC = "TxnTopic"
 
 
@@ -335,6 +340,20 @@ def test_without_a_producer_half_messages_are_counted_and_discarded():
             assert pull(client, TOPIC, 0) == []
 
 
+def test_half_messages_younger_than_the_timeout_are_not_checked():
+    with EmbeddedCluster(brokers=1, transaction_check_interval=3600,
+                         transaction_timeout=1.0) as cluster:
+        cluster.create_topic(TOPIC, 4)
+        with RawClient(cluster.brokers[0].addr) as client:
+            register_producer(client)
+            send_half(client, b"young", queue_id=0)
+            time.sleep(0.05)
+            assert cluster.check_transactions() == 0  # born 50 ms ago: not yet
+            time.sleep(1.0)
+            assert cluster.check_transactions() == 1
+            assert client.wait_server_request(CHECK_TRANSACTION_STATE, timeout=5) is not None
+
+
 def test_a_closed_or_unregistered_producer_is_not_asked(cluster, broker):
     with RawClient(cluster.brokers[0].addr) as gone:
         register_producer(gone, client_id="127.0.0.1@gone")
@@ -398,6 +417,34 @@ def test_pending_half_messages_and_check_counts_survive_a_restart(tmp_path):
             answer(producer, check, COMMIT)
             [msg] = wait_for(lambda: pull(producer, TOPIC, 0), what="the committed message")
             assert msg.body == b"kept"
+
+
+# ------------------------------------------------------------------------------------ peer
+
+
+@pytest.mark.cpp
+@pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
+                    reason="needs PyPI rocketmq 0.4.4 (Apache's C++ client)")
+def test_cpp_push_consumer_sees_only_committed_messages(quiet_cluster, quiet):
+    """Apache's C++ PushConsumer (a client we did not write) on the real topic: committed
+    messages arrive once, with their properties; half and rolled-back ones never."""
+    handles = [send_half(quiet, f"txn-{i}".encode(), queue_id=i % 4, tags="T")
+               for i in range(8)]
+    for i in (0, 1, 2, 4, 5, 6):
+        end(quiet, handles[i], COMMIT)
+    end(quiet, handles[3], ROLLBACK)  # and 7 stays pending
+    committed = sorted(f"txn-{i}" for i in (0, 1, 2, 4, 5, 6))
+    wait_for(lambda: sum(len(pull(quiet, TOPIC, q)) for q in range(4)) == 6, what="commits")
+    proc = subprocess.run(
+        [sys.executable, str(CPP_PEER), "push", "--namesrv", quiet_cluster.namesrv_addr,
+         "--topic", TOPIC, "--group", "CppTxnG", "--expect", "6", "--timeout", "30",
+         "--linger", "1.5", "--props", "TRAN_MSG,PGROUP"],
+        capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])["messages"]
+    assert sorted(m["body"] for m in got) == committed
+    assert all(m["properties"] == {"TRAN_MSG": "true", "PGROUP": GROUP} for m in got)
+    assert quiet_cluster.pending_transactions() == [7]
 
 
 # ------------------------------------------------------------------------------------ settings
