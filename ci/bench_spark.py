@@ -246,7 +246,7 @@ def make_spark():
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     from bench_sources import FileStreamSource, OneRowStreamSource, PrebuiltArrowSource
-    from rocketmq_spark.source.datasource import RocketMQDataSource
+    from rocketmq_spark.datasource import RocketMQDataSource
 
     spark.dataSource.register(RocketMQDataSource)
     spark.dataSource.register(PrebuiltArrowSource)

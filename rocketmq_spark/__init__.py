@@ -14,6 +14,6 @@ def __getattr__(name):
 def register(spark) -> None:
     """Register the ``rocketmq`` data source with a SparkSession (needed only where the
     ``pyspark_rocketmq`` module is not importable, e.g. when the code ships as a zip)."""
-    from .source.datasource import RocketMQDataSource
+    from .datasource import RocketMQDataSource
 
     spark.dataSource.register(RocketMQDataSource)

@@ -1,4 +1,7 @@
-"""The ``rocketmq`` data source: options in, readers and writers out."""
+"""The ``rocketmq`` data source: options in, readers and writers out.
+
+The one module that knows both sides: :mod:`.source` (reads) and :mod:`.sink` (writes) do
+not import each other."""
 from __future__ import annotations
 
 from pyspark.sql.datasource import (
@@ -7,8 +10,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from .schema import spark_schema
-from .options import parse_options
+from .source.options import parse_options
+from .source.schema import spark_schema
 
 
 class RocketMQDataSource(DataSource):
@@ -17,7 +20,7 @@ class RocketMQDataSource(DataSource):
 
     Options are checked when a reader or writer is made, before anything connects; a bad
     option (or, for writes, a bad input column) fails the query at once with an error that
-    names it. The write side lives in :mod:`rocketmq_spark.sink`.
+    names it.
     """
 
     @classmethod
@@ -29,21 +32,21 @@ class RocketMQDataSource(DataSource):
         return spark_schema(include)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from .batch_reader import RocketMQBatchReader
+        from .source.batch_reader import RocketMQBatchReader
 
         return RocketMQBatchReader(parse_options(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from .stream_reader import RocketMQStreamReader
+        from .source.stream_reader import RocketMQStreamReader
 
         return RocketMQStreamReader(parse_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from ..sink.writer import batch_writer
+        from .sink.writer import batch_writer
 
         return batch_writer(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from ..sink.writer import stream_writer
+        from .sink.writer import stream_writer
 
         return stream_writer(self.options, schema, overwrite)
