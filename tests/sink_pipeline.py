@@ -8,6 +8,15 @@ upper-cases each body, keeps keys and tags, adds a ``src`` property naming the i
 left with Trigger.AvailableNow and exits 0; ``--mode drain`` only drains. Progress goes to
 stdout as one JSON object per line, starting with ``{"event": "ready", "jvm_pid": ...}``; a
 failed query prints ``{"event": "failed", ...}`` and exits 3.
+
+``--guarantee`` sets the sink's ``deliveryGuarantee`` (not set: the sink's default).
+``--kill-at POINT:BATCH`` asks the exactly-once sink's test hook to SIGKILL the driver JVM at
+POINT of micro-batch BATCH (``after_record``: the batch is recorded as committed, no
+END_TRANSACTION sent yet; ``mid_end``: half of them sent; ``after_commit``: all sent, Spark's
+commit log not written), through ``ROCKETMQ_SPARK_SINK_KILL``, which the sink's commit reads
+(the JVM and its Python workers inherit this process's environment; see
+docs/notes/transactions-sink.md). Each point fires once per checkpoint. ``--task-max-failures N`` runs ``local[2,N]`` so that a failed
+task is run again instead of failing the query (``local[2]`` never retries a task).
 """
 from __future__ import annotations
 
@@ -16,6 +25,8 @@ import json
 import os
 import sys
 import time
+
+KILL_HOOK_ENV = "ROCKETMQ_SPARK_SINK_KILL"  # the exactly-once sink's test hook
 
 
 def emit(**event) -> None:
@@ -32,12 +43,18 @@ def main() -> int:
     p.add_argument("--stop-file")
     p.add_argument("--max-per-trigger", type=int, default=0)
     p.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--guarantee", choices=("atLeastOnce", "exactlyOnce"))
+    p.add_argument("--kill-at", metavar="POINT:BATCH")
+    p.add_argument("--task-max-failures", type=int, default=0)
     args = p.parse_args()
+    if args.kill_at:
+        os.environ[KILL_HOOK_ENV] = args.kill_at
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("rocketmq-sink-pipeline")
+    master = f"local[2,{args.task_max_failures}]" if args.task_max_failures else "local[2]"
+    spark = (SparkSession.builder.master(master).appName("rocketmq-sink-pipeline")
              .config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "2")
              .config("spark.sql.streaming.stopTimeout", "60s")
@@ -58,6 +75,8 @@ def main() -> int:
         writer = (out.writeStream.format("rocketmq").option("nameServer", args.namesrv)
                   .option("topic", args.sink)
                   .option("checkpointLocation", os.path.join(args.work, "cp")))
+        if args.guarantee:
+            writer = writer.option("deliveryGuarantee", args.guarantee)
         for item in args.sink_option:
             key, _, value = item.partition("=")
             writer = writer.option(key, value)

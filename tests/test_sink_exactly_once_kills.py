@@ -1,0 +1,257 @@
+"""Exactly once from RocketMQ to RocketMQ through crashes: the read-transform-write pipeline
+(tests/sink_pipeline.py, a process of its own) with ``deliveryGuarantee=exactlyOnce``, its
+driver SIGKILLed at three points and one of its tasks failed mid-write; then Apache's C++
+PushConsumer (tests/cpp_peer.py push) on the output topic receives every number exactly once.
+
+The runs, one checkpoint, one query:
+
+1. killed by the sink's test hook after it recorded micro-batch 1 as committed and before any
+   END_TRANSACTION: the output holds batch 0 only, batch 1 waits as half messages;
+2. killed by the hook after the sink's commit of batch 3 returned, before Spark's commit log
+   (``commits/3``) was written: Spark replays batch 3, which the sink has already committed;
+3. every send held at the broker for a while; one send of a micro-batch answered with an error
+   that cannot be retried, so that task fails mid-write and Spark runs it again (``local[2,4]``);
+   then the driver SIGKILLed while a later micro-batch is being sent (half messages growing,
+   nothing of that batch visible in the output topic);
+4. restarted with no faults and drained (Trigger.AvailableNow).
+
+The broker checks back pending half messages every second (``transaction_check_interval``) once
+they are two seconds old, so check-backs reach the query during the runs: a half message of a
+failed attempt or of a killed run that is committed by mistake shows up as a duplicate.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from app_process import AppProcess
+from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
+from source_helpers import produce
+
+TESTS = Path(__file__).resolve().parent
+PIPELINE = TESTS / "sink_pipeline.py"
+PEER = TESTS / "cpp_peer.py"
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+SEND_CODES = [RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2,
+              RequestCode.SEND_BATCH_MESSAGE]
+SEND_DELAY = 0.04  # seconds each send is held in run 3, so a micro-batch takes a while
+CHECK_INTERVAL, CHECK_TIMEOUT = 1.0, 2.0  # seconds; a genuine 4.x broker: 60 s and 6 s
+
+pytestmark = [
+    pytest.mark.cpp,
+    pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
+                       reason="needs PyPI rocketmq 0.4.4 (Apache's C++ client)"),
+]
+
+
+class Pipeline(AppProcess):
+    """tests/sink_pipeline.py with ``deliveryGuarantee=exactlyOnce``: start, kill, drain."""
+
+    def __init__(self, namesrv: str, source: str, sink: str, work: Path, *extra: str):
+        super().__init__([sys.executable, str(PIPELINE), "--namesrv", namesrv, "--source",
+                          source, "--sink", sink, "--work", str(work), "--stop-file",
+                          str(work / "stop"), "--guarantee", "exactlyOnce", *extra], work,
+                         "pipeline", stop_file=work / "stop")
+
+    def start(self, *extra: str, mode: str = "run") -> "Pipeline":
+        return super().start("--mode", mode, *extra)
+
+    def batches(self, folder: str) -> List[int]:
+        path = self.work / "cp" / folder
+        return sorted(int(p.name) for p in path.iterdir() if p.name.isdigit()) \
+            if path.exists() else []
+
+    def rows_through(self, batch: int) -> int:
+        """Input rows of micro-batches 0..batch: the end offsets Spark logged for ``batch``
+        (the source topic is read from offset 0)."""
+        lines = (self.work / "cp" / "offsets" / str(batch)).read_text().splitlines()
+        return sum(v for k, v in json.loads(lines[-1]).items() if "/" in k)
+
+    def wait_killed_by_hook(self, timeout: float = 240) -> None:
+        """Wait until the sink's hook has SIGKILLed the driver JVM (the script then dies of
+        its lost gateway), then clear away what is left of the process group."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            for event in self.run_events:
+                assert event["event"] not in ("failed", "drained"), \
+                    f"the pipeline ended on its own instead of being killed: {event}"
+            time.sleep(0.1)
+        assert self.proc.poll() is not None, "the kill hook did not fire"
+        jvm = self.jvm_pid()
+        assert jvm is not None and not alive(jvm), "the driver JVM outlived the hook"
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # Python workers the JVM left behind
+        except ProcessLookupError:
+            pass
+        self.events.append({"event": "killed"})
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def total(cluster, topic: str, queues: int = 4) -> int:
+    return sum(cluster.max_offset(topic, b.name, q) for b in cluster.brokers
+               for q in range(queues))
+
+
+def halves(cluster) -> int:
+    """Half messages stored so far, check-back copies included (the half topic has one queue
+    on each broker)."""
+    return sum(cluster.max_offset(HALF_TOPIC, b.name, 0) for b in cluster.brokers)
+
+
+HELD = 10 ** 6  # sends the delay rule of run 3 may hold: more than the test ever makes
+
+
+def sends_held(cluster) -> int:
+    """Send requests the delay rule has held so far: a counter of the sink's sends (check-back
+    copies of half messages are made inside the broker and are not counted)."""
+    return sum(HELD - r.remaining for r in list(cluster.faults.rules) if r.kind == "delay")
+
+
+def wait_until(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def mid_batch(cluster, pipeline: Pipeline, sink: str, after: int) -> int:
+    """Wait until a micro-batch later than ``after`` is being sent: Spark logged its offsets
+    but not its commit, and the sink's sends go on while the output topic does not grow
+    (nothing of the batch is visible before it commits). Returns the batch id."""
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        offsets, commits = pipeline.batches("offsets"), pipeline.batches("commits")
+        if offsets and offsets[-1] > after and (not commits or offsets[-1] > commits[-1]):
+            batch = offsets[-1]
+            sent0, out0 = sends_held(cluster), total(cluster, sink)
+            time.sleep(0.4)
+            if (sends_held(cluster) > sent0 and pipeline.batches("offsets")[-1] == batch
+                    and batch not in pipeline.batches("commits")):
+                assert total(cluster, sink) == out0, \
+                    f"rows of micro-batch {batch} became visible before it committed"
+                return batch
+        assert pipeline.proc.poll() is None, "the pipeline exited"
+        time.sleep(0.02)
+    raise AssertionError("no micro-batch was caught while its half messages were being sent")
+
+
+def consume_with_cpp_push(namesrv: str, topic: str, expect: int) -> List[dict]:
+    """Apache's C++ PushConsumer, a fresh group, until ``expect`` messages arrived and 5 s
+    more (a late duplicate would arrive then)."""
+    out = subprocess.run(
+        [sys.executable, str(PEER), "push", "--namesrv", namesrv, "--topic", topic, "--group",
+         f"eo-check-{topic}", "--expect", str(expect), "--timeout", "180", "--linger", "5",
+         "--props", "src"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])["messages"]
+
+
+def run_kills(cluster, tmp_path: Path, n: int, per_trigger: int) -> Dict[str, int]:
+    source, sink = "EoKillIn", "EoKillOut"
+    cluster.create_topic(source, 4)
+    cluster.create_topic(sink, 4)
+    produce(cluster.namesrv_addr, source, range(n))
+    assert n // per_trigger >= 8, "the scenario needs at least 8 micro-batches"
+    pipeline = Pipeline(cluster.namesrv_addr, source, sink, tmp_path, "--max-per-trigger",
+                        str(per_trigger), "--task-max-failures", "4")
+    seen: Dict[str, int] = {}
+
+    # 1. killed between the record of batch 1 and its END_TRANSACTIONs
+    pipeline.start("--kill-at", "after_record:1")
+    pipeline.wait_killed_by_hook()
+    assert pipeline.batches("commits") == [0], pipeline.batches("commits")
+    record = tmp_path / "cp" / "rocketmq-sink"
+    assert (record / "committed" / "1.json").exists() and not (record / "ended" / "1").exists()
+    time.sleep(CHECK_TIMEOUT + 2 * CHECK_INTERVAL)  # check-backs find no producer to ask
+    assert total(cluster, sink) == pipeline.rows_through(0), \
+        "batch 1 is recorded but none of its END_TRANSACTIONs was sent: only batch 0 visible"
+    seen["pending_after_kill_1"] = halves(cluster)
+
+    # 2. killed after the sink's commit of batch 3, before Spark's commit log
+    pipeline.start("--kill-at", "after_commit:3")
+    pipeline.wait_killed_by_hook()
+    assert 3 in pipeline.batches("offsets") and 3 not in pipeline.batches("commits")
+    wait_until(lambda: total(cluster, sink) == pipeline.rows_through(3), 30,
+               "batches 0-3 in the output after the sink committed batch 3")
+
+    # 3. a task fails mid-write (Spark runs it again), then the driver dies mid-batch
+    pipeline.start()
+    pipeline.wait_for(lambda e: e["event"] == "progress" and e["batch"] >= 3, 240,
+                      "the replay of batch 3")
+    cluster.delay_next(HELD, SEND_DELAY, request_codes=SEND_CODES)
+    failed_batch = mid_batch(cluster, pipeline, sink, after=3)
+    cluster.clear_faults()  # rules are taken in order: the failure first, then the delays
+    cluster.fail_next(1, ResponseCode.MESSAGE_ILLEGAL, "injected: this task fails mid-write",
+                      request_codes=SEND_CODES)
+    cluster.delay_next(HELD, SEND_DELAY, request_codes=SEND_CODES)
+    wait_until(lambda: all(r.kind != "fail" for r in list(cluster.faults.rules)), 60,
+               "the injected send failure")
+    wait_until(lambda: failed_batch in pipeline.batches("commits"), 240,
+               f"batch {failed_batch} committed after its failed task ran again")
+    killed_batch = mid_batch(cluster, pipeline, sink, after=failed_batch)
+    pipeline.kill()
+    cluster.clear_faults()
+    log = (tmp_path / "pipeline-2.log").read_text(errors="replace")
+    assert "injected: this task fails mid-write" in log, "no task failed on the injected error"
+    seen.update(failed_batch=failed_batch, killed_batch=killed_batch)
+
+    # 4. restart, drain
+    pipeline.start(mode="drain")
+    pipeline.drain()
+    assert total(cluster, source) == n
+    seen["output_stored"] = total(cluster, sink)
+    seen["half_messages"] = halves(cluster)
+    seen["checks_sent"] = sum(cluster.transaction_stats(b.name)["checks_sent"]
+                              for b in cluster.brokers)
+    assert seen["checks_sent"] > 0, "no check-back reached the query"
+
+    messages = consume_with_cpp_push(cluster.namesrv_addr, sink, n)
+    keys = Counter(int(m["keys"]) for m in messages)
+    missing = sorted(set(range(n)) - set(keys))
+    duplicated = sorted(k for k, c in keys.items() if c > 1)
+    assert not missing and not duplicated, \
+        f"{len(missing)} missing (first {missing[:10]}), {len(duplicated)} duplicated " \
+        f"(first {duplicated[:10]}); {seen}"
+    assert len(messages) == n
+    assert all(m["body"] == f"M{m['keys']}" for m in messages)
+    assert len({m["properties"]["src"] for m in messages}) == n
+    assert seen["output_stored"] == n, f"the output topic stores duplicates: {seen}"
+    return seen
+
+
+def transactional_cluster(factory):
+    return factory(brokers=2, transaction_check_interval=CHECK_INTERVAL,
+                   transaction_timeout=CHECK_TIMEOUT)
+
+
+@pytest.mark.timeout(600)
+def test_exactly_once_through_three_driver_kills_and_a_failed_task(embedded_cluster_factory,
+                                                                    tmp_path):
+    """The CI variant: 5,000 numbers in micro-batches of 500."""
+    run_kills(transactional_cluster(embedded_cluster_factory), tmp_path, 5_000, 500)
+
+
+@pytest.mark.slow  # 20,000 numbers, four Spark drivers: several minutes on two cores
+@pytest.mark.timeout(1200)
+def test_exactly_once_20k_through_three_driver_kills_and_a_failed_task(
+        embedded_cluster_factory, tmp_path):
+    run_kills(transactional_cluster(embedded_cluster_factory), tmp_path, 20_000, 2_000)
