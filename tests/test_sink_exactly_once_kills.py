@@ -7,8 +7,9 @@ The runs, one checkpoint, one query:
 
 1. killed by the sink's test hook after it recorded micro-batch 1 as committed and before any
    END_TRANSACTION: the output holds batch 0 only, batch 1 waits as half messages;
-2. killed by the hook after the sink's commit of batch 3 returned, before Spark's commit log
-   (``commits/3``) was written: Spark replays batch 3, which the sink has already committed;
+   (slow variant: killed half-way through the END_TRANSACTIONs of batch 3;)
+2. killed by the hook after the sink's commit of batch 3 (slow: 5) returned, before Spark's
+   commit log was written: Spark replays that batch, which the sink has already committed;
 3. every send held at the broker for a while; one send of a micro-batch answered with an error
    that cannot be retried, so that task fails mid-write and Spark runs it again (``local[2,4]``);
    then the driver SIGKILLed while a later micro-batch is being sent (half messages growing,
@@ -165,40 +166,53 @@ def consume_with_cpp_push(namesrv: str, topic: str, expect: int) -> List[dict]:
     return json.loads(out.stdout.strip().splitlines()[-1])["messages"]
 
 
-def run_kills(cluster, tmp_path: Path, n: int, per_trigger: int) -> Dict[str, int]:
+def killed_by_hook(cluster, pipeline: Pipeline, sink: str, point: str, batch: int) -> None:
+    """Run the pipeline until the sink's hook kills its driver at ``point`` of ``batch``, then
+    check what the output and the sink's record show at that point."""
+    pipeline.start("--kill-at", f"{point}:{batch}")
+    pipeline.wait_killed_by_hook()
+    assert batch in pipeline.batches("offsets") and batch not in pipeline.batches("commits")
+    record = pipeline.work / "cp" / "rocketmq-sink"
+    assert (record / "committed" / f"{batch}.json").exists(), f"batch {batch} not recorded"
+    ended = (record / "ended" / str(batch)).exists()
+    before, through = pipeline.rows_through(batch - 1), pipeline.rows_through(batch)
+    if point == "after_commit":
+        assert ended
+        wait_until(lambda: total(cluster, sink) == through, 30,
+                   f"batches 0-{batch} in the output after the sink committed batch {batch}")
+        return
+    assert not ended
+    if point == "after_record":  # (younger than transaction_timeout: not checked back yet)
+        assert total(cluster, sink) == before, \
+            f"batch {batch} is recorded, none of its END_TRANSACTIONs sent: only 0-{batch - 1}"
+    else:  # mid_end: COMMIT sent for the first half of the batch's rows
+        wait_until(lambda: total(cluster, sink) > before, 30, "the first half's COMMITs")
+    assert total(cluster, sink) <= through
+
+
+def run_kills(cluster, tmp_path: Path, n: int, per_trigger: int,
+              hooks: List[tuple]) -> Dict[str, int]:
     source, sink = "EoKillIn", "EoKillOut"
     cluster.create_topic(source, 4)
     cluster.create_topic(sink, 4)
     produce(cluster.namesrv_addr, source, range(n))
-    assert n // per_trigger >= 8, "the scenario needs at least 8 micro-batches"
+    last_hook = hooks[-1][1]
+    assert n // per_trigger >= last_hook + 5, "the scenario needs more micro-batches"
     pipeline = Pipeline(cluster.namesrv_addr, source, sink, tmp_path, "--max-per-trigger",
                         str(per_trigger), "--task-max-failures", "4")
     seen: Dict[str, int] = {}
 
-    # 1. killed between the record of batch 1 and its END_TRANSACTIONs
-    pipeline.start("--kill-at", "after_record:1")
-    pipeline.wait_killed_by_hook()
-    assert pipeline.batches("commits") == [0], pipeline.batches("commits")
-    record = tmp_path / "cp" / "rocketmq-sink"
-    assert (record / "committed" / "1.json").exists() and not (record / "ended" / "1").exists()
-    time.sleep(CHECK_TIMEOUT + 2 * CHECK_INTERVAL)  # check-backs find no producer to ask
-    assert total(cluster, sink) == pipeline.rows_through(0), \
-        "batch 1 is recorded but none of its END_TRANSACTIONs was sent: only batch 0 visible"
-    seen["pending_after_kill_1"] = halves(cluster)
-
-    # 2. killed after the sink's commit of batch 3, before Spark's commit log
-    pipeline.start("--kill-at", "after_commit:3")
-    pipeline.wait_killed_by_hook()
-    assert 3 in pipeline.batches("offsets") and 3 not in pipeline.batches("commits")
-    wait_until(lambda: total(cluster, sink) == pipeline.rows_through(3), 30,
-               "batches 0-3 in the output after the sink committed batch 3")
+    # 1-2. killed by the sink's hooks: after the record of a batch (before any of its
+    # END_TRANSACTIONs), [half-way through them,] after its commit (before Spark's commit log)
+    for point, batch in hooks:
+        killed_by_hook(cluster, pipeline, sink, point, batch)
 
     # 3. a task fails mid-write (Spark runs it again), then the driver dies mid-batch
     pipeline.start()
-    pipeline.wait_for(lambda e: e["event"] == "progress" and e["batch"] >= 3, 240,
-                      "the replay of batch 3")
+    pipeline.wait_for(lambda e: e["event"] == "progress" and e["batch"] >= last_hook, 240,
+                      f"the replay of batch {last_hook}")
     cluster.delay_next(HELD, SEND_DELAY, request_codes=SEND_CODES)
-    failed_batch = mid_batch(cluster, pipeline, sink, after=3)
+    failed_batch = mid_batch(cluster, pipeline, sink, after=last_hook)
     cluster.clear_faults()  # rules are taken in order: the failure first, then the delays
     cluster.fail_next(1, ResponseCode.MESSAGE_ILLEGAL, "injected: this task fails mid-write",
                       request_codes=SEND_CODES)
@@ -210,7 +224,7 @@ def run_kills(cluster, tmp_path: Path, n: int, per_trigger: int) -> Dict[str, in
     killed_batch = mid_batch(cluster, pipeline, sink, after=failed_batch)
     pipeline.kill()
     cluster.clear_faults()
-    log = (tmp_path / "pipeline-2.log").read_text(errors="replace")
+    log = (tmp_path / f"pipeline-{pipeline.starts - 1}.log").read_text(errors="replace")
     assert "injected: this task fails mid-write" in log, "no task failed on the injected error"
     seen.update(failed_batch=failed_batch, killed_batch=killed_batch)
 
@@ -247,11 +261,13 @@ def transactional_cluster(factory):
 def test_exactly_once_through_three_driver_kills_and_a_failed_task(embedded_cluster_factory,
                                                                     tmp_path):
     """The CI variant: 5,000 numbers in micro-batches of 500."""
-    run_kills(transactional_cluster(embedded_cluster_factory), tmp_path, 5_000, 500)
+    run_kills(transactional_cluster(embedded_cluster_factory), tmp_path, 5_000, 500,
+              [("after_record", 1), ("after_commit", 3)])
 
 
 @pytest.mark.slow  # 20,000 numbers, four Spark drivers: several minutes on two cores
 @pytest.mark.timeout(1200)
 def test_exactly_once_20k_through_three_driver_kills_and_a_failed_task(
         embedded_cluster_factory, tmp_path):
-    run_kills(transactional_cluster(embedded_cluster_factory), tmp_path, 20_000, 2_000)
+    run_kills(transactional_cluster(embedded_cluster_factory), tmp_path, 20_000, 2_000,
+              [("after_record", 1), ("mid_end", 3), ("after_commit", 5)])
