@@ -25,13 +25,31 @@ topic must have grown by exactly the rows sent.
 * grpc: the same write through the 5.x proxy's gRPC API (``option("endpoints", ...)``, the
   embedded proxy, plaintext) on ``--grpc-rows`` rows (default 20,000; one message per call is
   far slower), a rate, so comparable; reported as a ratio of ours (issue 9: >= 0.3).
+* eo: ours with ``option("deliveryGuarantee", "exactlyOnce")`` (half messages, one per
+  request, END_TRANSACTION COMMIT for each from the job's commit) on ``--eo-rows`` rows
+  (default 200,000), a rate, reported as a ratio of ours in the same run (issue 11: >= 0.5).
+  END_TRANSACTION is oneway, so the clock runs from ``save()`` until the broker's topic holds
+  every row (polled every 10 ms), and the topic must then have grown by exactly the rows.
+* latency (issue 11): one streaming query per guarantee, read-transform-write from topic
+  ``BenchLatIn`` to a fresh output topic, ``trigger(processingTime=--latency-trigger)`` (1 s),
+  while a thread of this process sends ``--latency-rate`` (2,000) messages/s to the input in
+  bursts every 50 ms, and another polls the output topic's max offsets every 10 ms. For each
+  micro-batch with rows, started at its progress ``timestamp`` (epoch ``t0``) and bringing
+  the query's row count to ``C``: "visible" = the first poll at which the output holds ``C``
+  messages, minus ``t0``: from the trigger to the consumer being able to read the whole
+  batch (for exactly once that is the COMMIT; for at least once the last acknowledgement).
+  Reported per guarantee: medians (and p90) of visible, ``addBatch`` and ``triggerExecution``
+  over the batches that start ``--latency-warmup`` s (5) after the query's first micro-batch
+  with rows finished, during ``--latency-seconds`` (20) per query,
+  ``--latency-rounds`` (2) rounds with the guarantees interleaved; and the added latency per
+  micro-batch: exactlyOnce minus atLeastOnce of the medians of visible and of addBatch.
 
 ``--warmup`` (1) untimed round, then ``--runs`` (3) timed rounds with the cases interleaved;
 medians are reported. CPU seconds per case and role (embedded server, Spark's JVM, its Python
 workers, this process) come from /proc; ``other`` is what processes outside the benchmark used
 meanwhile (wall-clock figures only mean something when it is near 0).
 
-Targets (issue 9): ours >= 0.5 x (a), ours >= 10 x (b).
+Targets (issue 9): ours >= 0.5 x (a), ours >= 10 x (b); (issue 11) eo >= 0.5 x ours.
 Run: ``.venv/bin/python ci/bench_sink.py [--rows N] [--json out.json]``.
 """
 from __future__ import annotations
@@ -41,10 +59,12 @@ import json
 import socket
 import statistics
 import sys
+import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 CI = Path(__file__).resolve().parent
 sys.path.insert(0, str(CI))
@@ -58,7 +78,8 @@ from rocketmq_spark.client.admin import Admin  # noqa: E402
 from rocketmq_spark.client.pipeline import Outgoing  # noqa: E402
 
 TOPICS = {"ours": "BenchSink", "client": "BenchClient", "cpp": "BenchCpp",
-          "ceiling": "BenchCeiling", "grpc": "BenchGrpcSink"}
+          "ceiling": "BenchCeiling", "grpc": "BenchGrpcSink", "eo": "BenchSinkEo",
+          "latency": "BenchLatIn"}
 BATCH_BYTES = 1024 * 1024
 
 
@@ -120,11 +141,177 @@ def timed(name: str, server_pid: int, rows: int, namesrv: str, topic: str,
             "cpu": cpu}
 
 
+GUARANTEES = ("atLeastOnce", "exactlyOnce")
+
+
+def _median(values: List[float]) -> float:
+    return round(statistics.median(values), 1) if values else float("nan")
+
+
+def _p90(values: List[float]) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 1)
+
+
+def _epoch(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+class Feeder:
+    """Sends ``rate`` messages a second to ``topic`` in bursts every 50 ms until stopped."""
+
+    def __init__(self, namesrv: str, topic: str, rate: int, size: int):
+        self.producer = Producer(namesrv, max_in_flight_per_broker=4)
+        self.topic, self.rate, self.size = topic, rate, size
+        self.sent = 0
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        tick, start = 0.05, time.monotonic()
+        while not self.stopping.is_set():
+            due = int((time.monotonic() - start) * self.rate)
+            if due > self.sent:
+                batch = [Message(self.topic, str(i).rjust(self.size, "x").encode(),
+                                 keys=str(i)) for i in range(self.sent, due)]
+                self.producer.send_many(batch, batch_size=256, in_flight=4)
+                self.sent = due
+            time.sleep(tick)
+
+    def __enter__(self) -> "Feeder":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopping.set()
+        self.thread.join(30)
+        self.producer.close()
+
+
+class OutputWatch:
+    """Polls a topic's total max offset every 10 ms: samples of (epoch time, total)."""
+
+    def __init__(self, namesrv: str, topic: str):
+        self.admin = Admin(namesrv)
+        self.queues = self.admin.queues(topic, refresh=True)
+        self.samples: List[tuple] = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stopping.is_set():
+            count = sum(self.admin.offsets("max", self.queues, timeout=60).values())
+            self.samples.append((time.time(), count))
+            time.sleep(0.01)
+
+    def visible_at(self, count: int) -> Optional[float]:
+        return next((t for t, c in self.samples if c >= count), None)
+
+    def __enter__(self) -> "OutputWatch":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopping.set()
+        self.thread.join(30)
+        self.admin.close()
+
+
+def latency_query(spark, namesrv: str, guarantee: str, out_topic: str, checkpoint: str,
+                  args) -> Dict:
+    """One read-transform-write stream for ``--latency-seconds`` after its warm-up; per
+    micro-batch: visible (s), addBatch and triggerExecution (ms)."""
+    with Admin(namesrv) as admin:
+        admin.create_topic(out_topic, args.queues)
+    df = (spark.readStream.format("rocketmq").option("nameServer", namesrv)
+          .option("subscribe", TOPICS["latency"]).option("startingOffsets", "latest").load()
+          .selectExpr("body", "keys"))
+    writer = (df.writeStream.format("rocketmq").option("nameServer", namesrv)
+              .option("topic", out_topic).option("checkpointLocation", checkpoint)
+              .option("deliveryGuarantee", guarantee)
+              .trigger(processingTime=args.latency_trigger))
+    for item in args.sink_option:
+        key, _, value = item.partition("=")
+        writer = writer.option(key, value)
+    with OutputWatch(namesrv, out_topic) as watch:
+        query = writer.start()
+        started = None  # when the first micro-batch with rows finished: the warm-up starts
+        try:
+            deadline = time.time() + 600
+            while started is None or time.time() - started < (args.latency_warmup
+                                                              + args.latency_seconds):
+                if query.exception() is not None:
+                    raise RuntimeError(f"{guarantee} query failed: {query.exception()}")
+                if time.time() > deadline:
+                    raise RuntimeError(f"{guarantee} query: no micro-batch with rows")
+                if started is None and any(p.numInputRows for p in query.recentProgress):
+                    started = time.time()
+                time.sleep(0.2)
+            progresses = [json.loads(p.json) for p in query.recentProgress]
+        finally:
+            query.stop()
+        time.sleep(0.5)  # the last batch's rows become visible
+    rows = 0
+    visible, add_batch, trigger = [], [], []
+    for prog in sorted(progresses, key=lambda p: p["batchId"]):
+        rows += prog["numInputRows"]
+        t0 = _epoch(prog["timestamp"])
+        if not prog["numInputRows"] or t0 < started + args.latency_warmup:
+            continue
+        seen = watch.visible_at(rows)
+        if seen is None:
+            raise AssertionError(f"{guarantee}: the output never held {rows} messages")
+        visible.append((seen - t0) * 1000)
+        add_batch.append(prog["durationMs"].get("addBatch", 0))
+        trigger.append(prog["durationMs"].get("triggerExecution", 0))
+    if not visible:
+        raise AssertionError(f"{guarantee}: no micro-batch with rows after the warm-up")
+    return {"batches": len(visible), "rows_per_batch": round(rows / max(1, len(progresses))),
+            "visible_ms": visible, "add_batch_ms": add_batch, "trigger_ms": trigger}
+
+
+def bench_latency(spark, namesrv: str, args) -> Dict:
+    """Both guarantees, ``--latency-rounds`` rounds interleaved, one feeder throughout."""
+    per: Dict[str, Dict[str, List[float]]] = {
+        g: {"visible_ms": [], "add_batch_ms": [], "trigger_ms": []} for g in GUARANTEES}
+    with Feeder(namesrv, TOPICS["latency"], args.latency_rate, args.size):
+        for round_no in range(args.latency_rounds):
+            for guarantee in GUARANTEES:
+                tag = uuid.uuid4().hex[:8]
+                result = latency_query(spark, namesrv, guarantee, f"BenchLatOut-{tag}",
+                                       f"{args.tmp}/lat-{tag}", args)
+                for key in per[guarantee]:
+                    per[guarantee][key] += result[key]
+                print(f"  latency  {guarantee:12s} round {round_no}: {result['batches']} "
+                      f"batches of ~{result['rows_per_batch']} rows, visible p50 "
+                      f"{_median(result['visible_ms'])} ms, addBatch p50 "
+                      f"{_median(result['add_batch_ms'])} ms", flush=True)
+    summary = {g: {"batches": len(v["visible_ms"]),
+                   **{f"{k}_p50": _median(vals) for k, vals in v.items()},
+                   **{f"{k}_p90": _p90(vals) for k, vals in v.items()}}
+               for g, v in per.items()}
+    eo, alo = summary["exactlyOnce"], summary["atLeastOnce"]
+    summary["added_ms"] = {"visible_p50": round(eo["visible_ms_p50"] - alo["visible_ms_p50"], 1),
+                           "add_batch_p50": round(eo["add_batch_ms_p50"]
+                                                  - alo["add_batch_ms_p50"], 1)}
+    return summary
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--cpp-rows", type=int, default=100_000)
     p.add_argument("--grpc-rows", type=int, default=20_000)
+    p.add_argument("--eo-rows", type=int, default=200_000)
+    p.add_argument("--latency-rate", type=int, default=2_000)
+    p.add_argument("--latency-trigger", default="1 second")
+    p.add_argument("--latency-seconds", type=float, default=20.0)
+    p.add_argument("--latency-warmup", type=float, default=5.0)
+    p.add_argument("--latency-rounds", type=int, default=2)
     p.add_argument("--size", type=int, default=100)
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--queues", type=int, default=4)
@@ -133,10 +320,11 @@ def main() -> None:
     p.add_argument("--skip-cpp", action="store_true")
     p.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE",
                    help="an option for our sink (repeatable), e.g. maxBatchBytes=262144")
-    p.add_argument("--cases", default="ours,client,cpp,ceiling,noop,grpc",
+    p.add_argument("--cases", default="ours,client,cpp,ceiling,noop,grpc,eo,latency",
                    help="comma list of the cases to run")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args()
+    args.tmp = tempfile.mkdtemp(prefix="bench-sink-")  # the latency queries' checkpoints
 
     flags = []
     for topic in TOPICS.values():
@@ -153,11 +341,13 @@ def main() -> None:
     print(f"embedded broker at {namesrv} (pid {server.pid}); {args.rows:,} x {args.size} B rows, "
           f"{args.partitions} partitions, {args.queues} queues", flush=True)
     results: Dict[str, List[Dict]] = {k: [] for k in ("ours", "client", "cpp", "ceiling",
-                                                      "noop", "grpc")}
+                                                      "noop", "grpc", "eo")}
+    latency: Optional[Dict] = None
     try:
         df = rows_df(spark, args.rows, args.partitions, args.size)
         cpp_df = rows_df(spark, args.cpp_rows, args.partitions, args.size)
         grpc_df = rows_df(spark, args.grpc_rows, args.partitions, args.size)
+        eo_df = rows_df(spark, args.eo_rows, args.partitions, args.size)
         bodies = [str(i).rjust(args.size, "x")[:args.size].encode() for i in range(args.rows)]
         producer = Producer(namesrv, max_in_flight_per_broker=4)
         ceiling_request = producer.encode_batch(
@@ -195,6 +385,28 @@ def main() -> None:
             (grpc_df.write.format("rocketmq").mode("append").option("endpoints", proxy)
              .option("tls", "false").option("topic", TOPICS["grpc"]).save())
 
+        def eo():
+            # END_TRANSACTION is oneway: save() returns once they are written to the sockets,
+            # the rows become visible when the broker has stored them; the clock runs until
+            # the topic holds them all (polled every 10 ms on one connection, patiently: the
+            # broker is busy storing them).
+            queues = eo_admin.queues(TOPICS["eo"], refresh=True)
+            before = sum(eo_admin.offsets("max", queues, timeout=60).values())
+            writer = (eo_df.write.format("rocketmq").mode("append")
+                      .option("nameServer", namesrv).option("topic", TOPICS["eo"])
+                      .option("deliveryGuarantee", "exactlyOnce"))
+            for item in args.sink_option:
+                key, _, value = item.partition("=")
+                writer = writer.option(key, value)
+            writer.save()
+            deadline = time.monotonic() + 300
+            while sum(eo_admin.offsets("max", queues, timeout=60).values()) < (before
+                                                                             + args.eo_rows):
+                if time.monotonic() > deadline:
+                    raise AssertionError("eo: committed rows did not all become visible")
+                time.sleep(0.01)
+
+        eo_admin = Admin(namesrv)
         holder: Dict[str, float] = {}
         cases = [("ours", args.rows, TOPICS["ours"], ours),
                  ("client", args.rows, TOPICS["client"], client),
@@ -205,6 +417,7 @@ def main() -> None:
             cases.append(("grpc", args.grpc_rows, TOPICS["grpc"], grpc))
         if not args.skip_cpp:
             cases.insert(2, ("cpp", args.cpp_rows, TOPICS["cpp"], cpp))
+        cases.insert(1, ("eo", args.eo_rows, TOPICS["eo"], eo))
         wanted = set(args.cases.split(","))
         cases = [c for c in cases if c[0] in wanted]
         for round_no in range(args.warmup + args.runs):
@@ -227,6 +440,9 @@ def main() -> None:
                 if round_no >= args.warmup:
                     results[name].append(result)
         producer.close()
+        eo_admin.close()
+        if "latency" in wanted:
+            latency = bench_latency(spark, namesrv, args)
     finally:
         spark.stop()
         stop_server(server)
@@ -242,14 +458,17 @@ def main() -> None:
         ratios["ours_vs_cpp_send_sync"] = round(ours_rate / summary["cpp"]["rows_per_s"], 1)
     if ours_rate and "grpc" in summary:
         ratios["grpc_vs_ours"] = round(summary["grpc"]["rows_per_s"] / ours_rate, 3)
+    if ours_rate and "eo" in summary:
+        ratios["eo_vs_ours"] = round(summary["eo"]["rows_per_s"] / ours_rate, 3)
     out = {"args": vars(args), "summary": {k: v["rows_per_s"] for k, v in summary.items()},
-           "ratios": ratios, "runs": results}
+           "ratios": ratios, "latency": latency, "runs": results}
     print()
     print(f"{'case':32s} {'rows/s (median)':>16s}")
     labels = {"ours": "ours: df.write rocketmq", "client": "(a) our Producer.send_many",
               "cpp": "(b) foreachPartition + C++ sync", "ceiling": "wire ceiling (prebuilt)",
               "noop": "df.write noop (Spark alone)",
-              "grpc": "df.write rocketmq via gRPC proxy"}
+              "grpc": "df.write rocketmq via gRPC proxy",
+              "eo": "df.write rocketmq exactlyOnce"}
     for name, label in labels.items():
         if name in summary:
             print(f"{label:32s} {summary[name]['rows_per_s']:>16,.0f}")
@@ -260,6 +479,20 @@ def main() -> None:
         print(f"ours / (b) = {ratios['ours_vs_cpp_send_sync']:.1f}   (target >= 10)")
     if "grpc_vs_ours" in ratios:
         print(f"gRPC / ours = {ratios['grpc_vs_ours']:.3f}   (issue 9 asks >= 0.3)")
+    if "eo_vs_ours" in ratios:
+        print(f"exactlyOnce / ours = {ratios['eo_vs_ours']:.3f}   (issue 11 asks >= 0.5)")
+    if latency:
+        print()
+        print(f"{'per micro-batch (ms)':24s} {'visible p50':>12s} {'p90':>8s} "
+              f"{'addBatch p50':>13s} {'trigger p50':>12s} {'batches':>8s}")
+        for g in GUARANTEES:
+            r = latency[g]
+            print(f"{g:24s} {r['visible_ms_p50']:>12.1f} {r['visible_ms_p90']:>8.1f} "
+                  f"{r['add_batch_ms_p50']:>13.1f} {r['trigger_ms_p50']:>12.1f} "
+                  f"{r['batches']:>8d}")
+        added = latency["added_ms"]
+        print(f"added by exactlyOnce per micro-batch: visible {added['visible_p50']:+.1f} ms, "
+              f"addBatch {added['add_batch_p50']:+.1f} ms")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
 
