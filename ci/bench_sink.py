@@ -256,7 +256,7 @@ def latency_query(spark, namesrv: str, guarantee: str, out_topic: str, checkpoin
             query.stop()
         time.sleep(0.5)  # the last batch's rows become visible
     rows = 0
-    visible, add_batch, trigger = [], [], []
+    visible, add_batch, trigger, sizes = [], [], [], []
     for prog in sorted(progresses, key=lambda p: p["batchId"]):
         rows += prog["numInputRows"]
         t0 = _epoch(prog["timestamp"])
@@ -266,11 +266,12 @@ def latency_query(spark, namesrv: str, guarantee: str, out_topic: str, checkpoin
         if seen is None:
             raise AssertionError(f"{guarantee}: the output never held {rows} messages")
         visible.append((seen - t0) * 1000)
+        sizes.append(prog["numInputRows"])
         add_batch.append(prog["durationMs"].get("addBatch", 0))
         trigger.append(prog["durationMs"].get("triggerExecution", 0))
     if not visible:
         raise AssertionError(f"{guarantee}: no micro-batch with rows after the warm-up")
-    return {"batches": len(visible), "rows_per_batch": round(rows / max(1, len(progresses))),
+    return {"batches": len(visible), "rows_per_batch": statistics.median(sizes),
             "visible_ms": visible, "add_batch_ms": add_batch, "trigger_ms": trigger}
 
 
