@@ -10,8 +10,9 @@ The runs, one checkpoint, one query:
    (slow variant: killed half-way through the END_TRANSACTIONs of batch 3;)
 2. killed by the hook after the sink's commit of batch 3 (slow: 5) returned, before Spark's
    commit log was written: Spark replays that batch, which the sink has already committed;
-3. every send held at the broker for a while; one send of a micro-batch answered with an error
-   that cannot be retried, so that task fails mid-write and Spark runs it again (``local[2,4]``);
+3. every send held at the broker for a while; the next two sends of a micro-batch answered
+   with an error that cannot be retried, so tasks fail mid-write and Spark runs them again
+   (``local[2,4]``);
    then the driver SIGKILLed while a later micro-batch is being sent (half messages growing,
    nothing of that batch visible in the output topic);
 4. restarted with no faults and drained (Trigger.AvailableNow).
@@ -217,7 +218,7 @@ def run_kills(cluster, tmp_path: Path, n: int, per_trigger: int,
     cluster.delay_next(HELD, SEND_DELAY, request_codes=SEND_CODES)
     failed_batch = mid_batch(cluster, pipeline, sink, after=last_hook)
     cluster.clear_faults()  # rules are taken in order: the failure first, then the delays
-    cluster.fail_next(1, ResponseCode.MESSAGE_ILLEGAL, "injected: this task fails mid-write",
+    cluster.fail_next(2, ResponseCode.MESSAGE_ILLEGAL, "injected: this task fails mid-write",
                       request_codes=SEND_CODES)
     cluster.delay_next(HELD, SEND_DELAY, request_codes=SEND_CODES)
     wait_until(lambda: all(r.kind != "fail" for r in list(cluster.faults.rules)), 60,
