@@ -293,7 +293,7 @@ class CheckResponder:
                           request.uniq_key)
             outcome = Outcome.UNKNOWN
         self.answered[outcome.name] += 1
-        log.info("check-back from %s for %s (half offset %d): %s", conn.address,
+        log.debug("check-back from %s for %s (half offset %d): %s", conn.address,
                  request.uniq_key, request.queue_offset, outcome.name)
         if outcome is not Outcome.UNKNOWN:
             answer = end_transaction_command(request.group or self.group, request.handle(),

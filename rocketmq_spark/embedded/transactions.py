@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Generator, List, Optional, Tuple
 
 from ..client.protocol.codes import PERM_READ, PERM_WRITE, RequestCode
 from ..client.protocol.codes import ResponseCode as RC
@@ -72,6 +72,7 @@ TRANSACTION_NOT_TYPE = 0x0
 TRANSACTION_PREPARED_TYPE = 0x4
 TRANSACTION_COMMIT_TYPE = 0x8
 TRANSACTION_ROLLBACK_TYPE = 0xC
+SLICE = 256  # messages a check pass reads between two turns of the event loop
 FILE_RESERVED_MS = 72 * 3600 * 1000  # half messages older than fileReservedTime are dropped
 
 
@@ -102,6 +103,15 @@ def half_properties(properties: Optional[str], topic: str, queue_id: int, cluste
     return hashmap_text(props)
 
 
+def _run_to_end(steps: Generator[None, None, int]) -> int:
+    """Drive a check pass's steps to the end; its result (0 if another finished it)."""
+    try:
+        while True:
+            next(steps)
+    except StopIteration as done:
+        return done.value or 0
+
+
 def _properties_text(record: bytes) -> str:
     layout = record_layout(record, 0, len(record))
     return bytes(record[layout[9]:layout[9] + layout[10]]).decode("utf-8")
@@ -114,6 +124,7 @@ class TransactionService:
         self.broker = broker
         self._task: Optional[asyncio.Task] = None
         self._pick = itertools.count()  # round robin over a group's producer connections
+        self._active: Optional[Generator[None, None, int]] = None  # the task's pass
         self.checks_sent = 0
         self.discarded = 0
 
@@ -247,10 +258,17 @@ class TransactionService:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.broker.options.transaction_check_interval)
+            self._active = self._pass()
             try:
-                self.check()
+                while True:
+                    next(self._active)
+                    await asyncio.sleep(0)  # let the broker answer requests meanwhile
+            except StopIteration:
+                pass
             except Exception:  # pragma: no cover - keep checking
                 log.exception("%s: transaction check failed", self.broker.name)
+            finally:
+                self._active = None
 
     def _consume_offset(self, topic: str) -> int:
         store = self.broker.store
@@ -261,8 +279,19 @@ class TransactionService:
         return offset
 
     def check(self, now_ms: Optional[int] = None) -> int:
-        """One pass of the check service; returns how many check-backs it asked for."""
+        """One pass of the check service, at once; returns how many check-backs it asked for.
+        A pass the service's task has under way is finished first (two passes must not
+        interleave: both would ask about the same messages)."""
+        if self._active is not None:
+            _run_to_end(self._active)
+        return _run_to_end(self._pass(now_ms))
+
+    def _pass(self, now_ms: Optional[int] = None) -> Generator[None, None, int]:
+        """One pass, yielding every :data:`SLICE` messages so that the service's task can let
+        the event loop serve requests (a pass over 100,000 messages takes seconds; a genuine
+        broker runs it on a thread of its own)."""
         store, opts = self.broker.store, self.broker.options
+        unasked: Dict[str, int] = {}
         half = store.existing_queue(HALF_TOPIC, 0)
         if half is None:
             return 0
@@ -275,6 +304,8 @@ class TransactionService:
         done_ops: List[int] = []
         op = store.existing_queue(OP_TOPIC, 0)
         for at in range(max(op_offset, op.min_offset) if op else 0, op.max_offset if op else 0):
+            if at % SLICE == 0:
+                yield
             op_msg, _ = decode_message(op.record(at), verify_crc=False, decompress=False)
             if op_msg.tags != REMOVE_TAG:
                 log.error("%s: op message %d has tag %r, not %r", self.broker.name, at,
@@ -291,6 +322,8 @@ class TransactionService:
         asked = 0
         i = new_offset = half_offset
         while i < half.max_offset:
+            if i % SLICE == 0:
+                yield
             if removed.pop(i, None) is not None:
                 i += 1
                 new_offset = i
@@ -319,8 +352,10 @@ class TransactionService:
             if 0 <= age < timeout_ms:
                 break  # too young; everything after it is younger still
             props[CHECK_TIMES] = str(count)
-            self._check_back(msg, props)
-            asked += 1
+            asked += 1  # a counted copy, whether or not a producer could be asked
+            if not self._check_back(msg, props):
+                group = props.get(PGROUP) or "(none)"
+                unasked[group] = unasked.get(group, 0) + 1
             i += 1
             new_offset = i
         if new_offset != half_offset:
@@ -332,6 +367,10 @@ class TransactionService:
             new_op += 1
         if new_op != op_offset:
             store.commit_offset(CHECK_GROUP, OP_TOPIC, 0, new_op)
+        for group, count in unasked.items():  # one line per group and pass, not per message
+            log.warning("%s: no producer of group %s registered to ask about %d half messages "
+                        "(stored again; each is discarded after %d checks)", self.broker.name,
+                        group, count, opts.transaction_check_max)
         return asked
 
     def _discard(self, msg: MessageExt, record: bytes) -> None:
@@ -349,8 +388,9 @@ class TransactionService:
             born_timestamp=msg.born_timestamp, born_host=msg.born_host, store_timestamp=now,
             store_host=msg.store_host, reconsume_times=msg.reconsume_times))
 
-    def _check_back(self, msg: MessageExt, props: Dict[str, str]) -> None:
-        """Store the half message again (counted) and ask its producer group about the copy."""
+    def _check_back(self, msg: MessageExt, props: Dict[str, str]) -> bool:
+        """Store the half message again (counted) and ask its producer group about the copy;
+        False when the group has no producer to ask."""
         text = hashmap_text(props)
         # renewHalfMessageInner: topic, queue, body, sysFlag, properties, born time/host and
         # store host carry over; the flag and reconsume times do not
@@ -362,9 +402,7 @@ class TransactionService:
         group = props.get(PGROUP)
         conn = self.producer_connection(group)
         if conn is None:
-            log.warning("%s: no producer of group %s to check half message %s with",
-                        self.broker.name, group, msg.uniq_key or msg.offset_msg_id)
-            return
+            return False
         copy_id = offset_msg_id(pack_host(self.broker.addr)[0], phys)
         uniq = props.get(UNIQ_KEY)
         fields = {"tranStateTableOffset": str(offset), "commitLogOffset": str(phys),
@@ -385,6 +423,7 @@ class TransactionService:
             prepared_transaction_offset=msg.prepared_transaction_offset)
         conn.send_oneway(RequestCode.CHECK_TRANSACTION_STATE, fields, body)
         self.checks_sent += 1
+        return True
 
     def producer_connection(self, group: Optional[str]):
         """A live connection registered for producer ``group`` (round robin), or None."""

@@ -75,9 +75,13 @@ def main() -> int:
              config["group"], query_id, jvm)
     responder.register(_brokers(names))
     responder.start()
-    last_brokers = time.monotonic()
+    last_brokers = last_report = time.monotonic()
+    reported = dict(responder.answered)
     try:
         while _alive(jvm):
+            if time.monotonic() - last_report > 60 and dict(responder.answered) != reported:
+                last_report, reported = time.monotonic(), dict(responder.answered)
+                log.info("check-backs answered so far: %s", reported)
             if time.time() - commit_log.last_active() > IDLE_LIMIT_S:
                 log.info("no commit for %.0f s: nothing left for the brokers to ask", IDLE_LIMIT_S)
                 break
