@@ -30,6 +30,9 @@ topic must have grown by exactly the rows sent.
   (default 200,000), a rate, reported as a ratio of ours in the same run (issue 11: >= 0.5).
   END_TRANSACTION is oneway, so the clock runs from ``save()`` until the broker's topic holds
   every row (polled every 10 ms), and the topic must then have grown by exactly the rows.
+* broker stall, every case: a thread of this process sends GET_MAX_OFFSET (one queue of
+  ``BenchPing``) every 50 ms; "slowest ping" is the slowest answer to a ping sent while the
+  case ran: how long the embedded broker (one event loop) kept every client waiting.
 * latency (issue 11): one streaming query per guarantee, read-transform-write from topic
   ``BenchLatIn`` to a fresh output topic, ``trigger(processingTime=--latency-trigger)`` (1 s),
   while a thread of this process sends ``--latency-rate`` (2,000) messages/s to the input in
@@ -79,7 +82,7 @@ from rocketmq_spark.client.pipeline import Outgoing  # noqa: E402
 
 TOPICS = {"ours": "BenchSink", "client": "BenchClient", "cpp": "BenchCpp",
           "ceiling": "BenchCeiling", "grpc": "BenchGrpcSink", "eo": "BenchSinkEo",
-          "latency": "BenchLatIn"}
+          "latency": "BenchLatIn", "ping": "BenchPing"}
 BATCH_BYTES = 1024 * 1024
 
 
@@ -190,6 +193,39 @@ class Feeder:
         self.stopping.set()
         self.thread.join(30)
         self.producer.close()
+
+
+class Pinger:
+    """GET_MAX_OFFSET of one queue every 50 ms, timed: how long the broker (one event loop)
+    keeps every client waiting while a case runs."""
+
+    def __init__(self, namesrv: str, topic: str):
+        self.admin = Admin(namesrv)
+        self.queues = self.admin.queues(topic, refresh=True)[:1]
+        self.samples: List[tuple] = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stopping.is_set():
+            sent = time.time()
+            self.admin.offsets("max", self.queues, timeout=120)
+            self.samples.append((sent, time.time() - sent))
+            time.sleep(0.05)
+
+    def worst(self, start: float, end: float) -> float:
+        """The slowest answer (ms) to a ping sent between ``start`` and ``end``."""
+        return round(1000 * max((rtt for t, rtt in self.samples if start <= t <= end),
+                                default=0.0), 1)
+
+    def __enter__(self) -> "Pinger":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopping.set()
+        self.thread.join(150)
+        self.admin.close()
 
 
 class OutputWatch:
@@ -421,8 +457,10 @@ def main() -> None:
         cases.insert(1, ("eo", args.eo_rows, TOPICS["eo"], eo))
         wanted = set(args.cases.split(","))
         cases = [c for c in cases if c[0] in wanted]
+        pinger = Pinger(namesrv, TOPICS["ping"]).__enter__()
         for round_no in range(args.warmup + args.runs):
             for name, rows, topic, action in cases:
+                window = time.time()
                 if name == "client":
                     # the Message objects are built inside action(); time only the sends
                     before = stored(namesrv, topic)
@@ -435,11 +473,14 @@ def main() -> None:
                               "rows_per_s": round(rows / seconds), "cpu": cpu}
                 else:
                     result = timed(name, server.pid, rows, namesrv, topic, action)
+                result["broker_stall_ms"] = pinger.worst(window, time.time())
                 label = "warm-up" if round_no < args.warmup else f"run {round_no - args.warmup}"
                 print(f"  {label:8s} {name:8s} {result['rows_per_s']:>10,} rows/s  "
-                      f"({result['seconds']:.2f} s; cpu {result['cpu']})", flush=True)
+                      f"({result['seconds']:.2f} s; cpu {result['cpu']}; slowest ping "
+                      f"{result['broker_stall_ms']} ms)", flush=True)
                 if round_no >= args.warmup:
                     results[name].append(result)
+        pinger.__exit__()
         producer.close()
         eo_admin.close()
         if "latency" in wanted:
@@ -464,7 +505,7 @@ def main() -> None:
     out = {"args": vars(args), "summary": {k: v["rows_per_s"] for k, v in summary.items()},
            "ratios": ratios, "latency": latency, "runs": results}
     print()
-    print(f"{'case':32s} {'rows/s (median)':>16s}")
+    print(f"{'case':32s} {'rows/s (median)':>16s} {'slowest ping (ms)':>18s}")
     labels = {"ours": "ours: df.write rocketmq", "client": "(a) our Producer.send_many",
               "cpp": "(b) foreachPartition + C++ sync", "ceiling": "wire ceiling (prebuilt)",
               "noop": "df.write noop (Spark alone)",
@@ -472,7 +513,8 @@ def main() -> None:
               "eo": "df.write rocketmq exactlyOnce"}
     for name, label in labels.items():
         if name in summary:
-            print(f"{label:32s} {summary[name]['rows_per_s']:>16,.0f}")
+            stall = max(r["broker_stall_ms"] for r in summary[name]["runs"])
+            print(f"{label:32s} {summary[name]['rows_per_s']:>16,.0f} {stall:>18,.1f}")
     print()
     if "ours_vs_client" in ratios:
         print(f"ours / (a) = {ratios['ours_vs_client']:.2f}   (target >= 0.5)")
