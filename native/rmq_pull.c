@@ -42,6 +42,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "rmq_bytes.h"
 #include "rmq_hmac.h"
 #include "rmq_pull.h"
 
@@ -112,13 +113,6 @@ typedef struct {
 
 /* ------------------------------------------------------------------ small helpers */
 
-static inline int32_t rd32(const uint8_t *p) {
-    return (int32_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]);
-}
-static inline int16_t rd16(const uint8_t *p) { return (int16_t)((uint16_t)p[0] << 8 | p[1]); }
-static inline void wr32(uint8_t *p, uint32_t v) {
-    p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;
-}
 static inline int64_t rd64(const uint8_t *p) {
     return (int64_t)((uint64_t)(uint32_t)rd32(p) << 32 | (uint32_t)rd32(p + 4));
 }

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "rmq_bytes.h"
 #include "rmq_json.h"
 #include "rmq_pull.h"
 
@@ -40,13 +41,6 @@ typedef struct {
     span_t v[NKEYS];
 } req_t;
 
-static inline int32_t be32(const uint8_t *p) {
-    return (int32_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]);
-}
-static inline int16_t be16(const uint8_t *p) { return (int16_t)((uint16_t)p[0] << 8 | p[1]); }
-static inline void put32(uint8_t *p, uint32_t v) {
-    p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;
-}
 
 static void keep(req_t *r, const uint8_t *k, Py_ssize_t kl, const uint8_t *v, Py_ssize_t vl,
                  int plain) {
@@ -60,26 +54,26 @@ static void keep(req_t *r, const uint8_t *k, Py_ssize_t kl, const uint8_t *v, Py
 
 static int read_binary(const uint8_t *h, Py_ssize_t n, req_t *r) {
     if (n < 21) return -1;
-    r->code = be16(h); r->have_code = 1;
-    r->opaque = be32(h + 5); r->have_opaque = 1;
-    r->flag = be32(h + 9); r->have_flag = 1;
+    r->code = rd16(h); r->have_code = 1;
+    r->opaque = rd32(h + 5); r->have_opaque = 1;
+    r->flag = rd32(h + 9); r->have_flag = 1;
     Py_ssize_t pos = 13;
-    int32_t rl = be32(h + pos);
+    int32_t rl = rd32(h + pos);
     pos += 4;
     if (rl < 0 || pos + rl + 4 > n) return -1;
     for (Py_ssize_t c = pos; c < pos + rl; c++)
         if (h[c] >= 0x80) return -1;  /* plain ASCII only: Python checks the UTF-8 */
     pos += rl;
-    int32_t el = be32(h + pos);
+    int32_t el = rd32(h + pos);
     pos += 4;
     if (el < 0 || pos + el != n) return -1;
     while (pos < n) {
         if (pos + 2 > n) return -1;
-        int16_t kl = be16(h + pos);
+        int16_t kl = rd16(h + pos);
         if (kl < 0 || pos + 2 + kl + 4 > n) return -1;
         const uint8_t *k = h + pos + 2;
         pos += 2 + kl;
-        int32_t vl = be32(h + pos);
+        int32_t vl = rd32(h + pos);
         if (vl < 0 || pos + 4 + vl > n) return -1;
         for (Py_ssize_t c = 0; c < kl; c++)
             if (k[c] >= 0x80) return -1;
@@ -212,7 +206,7 @@ static PyObject *answer(const uint8_t *f, Py_ssize_t n, PyObject *topics, PyObje
                         long long max_count, long long max_bytes, long long suggest,
                         int version) {
     if (n < 4) return NULL;
-    uint32_t word = (uint32_t)be32(f);
+    uint32_t word = (uint32_t)rd32(f);
     uint32_t ser = word >> 24, hl = word & 0xFFFFFF;
     if (4 + (Py_ssize_t)hl > n || n != 4 + (Py_ssize_t)hl) return NULL;  /* pulls have no body */
     req_t r;
@@ -307,20 +301,20 @@ static PyObject *answer(const uint8_t *f, Py_ssize_t n, PyObject *topics, PyObje
         uint8_t *h = (uint8_t *)head;
         h[0] = 0; h[1] = 0; h[2] = 0;           /* code SUCCESS, language JAVA */
         h[3] = (uint8_t)(version >> 8); h[4] = (uint8_t)version;
-        put32(h + 5, (uint32_t)r.opaque);
-        put32(h + 9, 1);
-        put32(h + 13, 5);
+        wr32(h + 5, (uint32_t)r.opaque);
+        wr32(h + 9, 1);
+        wr32(h + 13, 5);
         memcpy(h + 17, "FOUND", 5);
         uint8_t *q = h + 26;
         for (int j = 0; j < 4; j++) {
             int kl = (int)strlen(names[j]);
             q[0] = 0; q[1] = (uint8_t)kl;
             memcpy(q + 2, names[j], kl);
-            put32(q + 2 + kl, (uint32_t)vl[j]);
+            wr32(q + 2 + kl, (uint32_t)vl[j]);
             memcpy(q + 6 + kl, vals[j], vl[j]);
             q += 6 + kl + vl[j];
         }
-        put32(h + 22, (uint32_t)(q - (h + 26)));
+        wr32(h + 22, (uint32_t)(q - (h + 26)));
         hlen = q - h;
     } else {
         hlen = snprintf(head, sizeof(head),
@@ -334,8 +328,8 @@ static PyObject *answer(const uint8_t *f, Py_ssize_t n, PyObject *topics, PyObje
     out = PyBytes_FromStringAndSize(NULL, total);
     if (!out) goto done;
     uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
-    put32(o, (uint32_t)(total - 4));
-    put32(o + 4, (ser << 24) | (uint32_t)hlen);
+    wr32(o, (uint32_t)(total - 4));
+    wr32(o + 4, (ser << 24) | (uint32_t)hlen);
     memcpy(o + 8, head, hlen);
     memcpy(o + 8 + hlen, (const uint8_t *)buf.buf + b0, body);
 done:
@@ -363,7 +357,7 @@ static PyObject *serve_pulls(PyObject *self, PyObject *args) {
     const uint8_t *d = data.buf;
     Py_ssize_t pos = 0;
     while (data.len - pos >= 4) {
-        int32_t length = be32(d + pos);
+        int32_t length = rd32(d + pos);
         if (length < 4 || (int64_t)length + 4 > MAX_FRAME || data.len - pos - 4 < length) break;
         PyObject *a = answer(d + pos + 4, length, topics, queues, max_count, max_bytes, suggest,
                              version);

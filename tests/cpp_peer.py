@@ -125,7 +125,7 @@ def pull(args) -> dict:
                                            ctypes.pointer(queues), ctypes.pointer(size))
         for i in range(size.value):
             mq = queues[i]
-            offset, rounds = 0, 0
+            offset, rounds, timeouts = 0, 0, 0
             while rounds < 100000:
                 rounds += 1
                 res = dll.Pull(consumer._handle, ctypes.pointer(mq), args.expression.encode(),
@@ -140,7 +140,10 @@ def pull(args) -> dict:
                         m = _message_json(RecvMessage(res.msgFoundList[k]), args.props)
                         m["broker"] = mq.brokerName.decode()
                         out.append(m)
-                done = res.pullStatus in (_CPullStatus.NO_NEW_MSG, _CPullStatus.BROKER_TIMEOUT)
+                # a timed-out pull is asked again (a busy broker on shared cores), as a
+                # consumer would; 20 in a row end this queue
+                timeouts = timeouts + 1 if res.pullStatus == _CPullStatus.BROKER_TIMEOUT else 0
+                done = res.pullStatus == _CPullStatus.NO_NEW_MSG or timeouts >= 20
                 dll.ReleasePullResult(res)
                 if done:
                     break

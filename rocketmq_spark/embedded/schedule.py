@@ -22,6 +22,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
+from .background import BackgroundService
 from ..client.protocol.message import decode_message, encode_stored_message, record_layout
 from ..client.protocol.properties import (
     CLUSTER, DELAY, decode_properties, encode_properties, java_hashmap_order,
@@ -80,7 +81,7 @@ def schedule_target(properties: Optional[str], topic: str, queue_id: int, cluste
     return SCHEDULE_TOPIC, level - 1, text
 
 
-class ScheduleService:
+class ScheduleService(BackgroundService):
     """Moves due messages from SCHEDULE_TOPIC_XXXX to their real queues, on the broker's
     loop, every ``interval`` seconds."""
 
@@ -88,20 +89,10 @@ class ScheduleService:
         self.broker = broker
         self.interval = interval
         self.levels = parse_delay_levels(broker.options.message_delay_level)
-        self._task: Optional[asyncio.Task] = None
 
     @property
     def max_level(self) -> int:
         return len(self.levels)
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
 
     async def _run(self) -> None:
         while True:

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Dict, Generator, List, Optional, Tuple
 from ..client.protocol.codes import PERM_READ, PERM_WRITE, RequestCode
 from ..client.protocol.codes import ResponseCode as RC
 from ..client.protocol.frame import RemotingCommand
+from .background import BackgroundService
 from ..client.protocol.message import (
     SYSFLAG_TRANSACTION_MASK, MessageExt, decode_message, encode_stored_message, offset_msg_id,
     pack_host, record_layout,
@@ -117,12 +118,11 @@ def _properties_text(record: bytes) -> str:
     return bytes(record[layout[9]:layout[9] + layout[10]]).decode("utf-8")
 
 
-class TransactionService:
+class TransactionService(BackgroundService):
     """Half/op topics, END_TRANSACTION and the periodic check-back of one broker."""
 
     def __init__(self, broker: "Broker"):
         self.broker = broker
-        self._task: Optional[asyncio.Task] = None
         self._pick = itertools.count()  # round robin over a group's producer connections
         self._active: Optional[Generator[None, None, int]] = None  # the task's pass
         self.checks_sent = 0
@@ -245,15 +245,6 @@ class TransactionService:
             born_host=host, store_timestamp=now, store_host=host))
 
     # ---------------------------------------------------------------- check service
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
 
     async def _run(self) -> None:
         while True:
