@@ -43,7 +43,9 @@ from rocketmq_spark.client.protocol.codes import RequestCode, SerializeType
 from rocketmq_spark.client.protocol.frame import RemotingCommand, decode_frame, encode_frame
 from rocketmq_spark.client.pull import PullRequest
 
-from test_pull_pipeline import assert_a_signal_interrupts, bodies  # noqa: E402  (tests/ is on sys.path)
+from test_pull_pipeline import (  # noqa: E402  (tests/ is on sys.path)
+    assert_a_signal_interrupts, assert_loops_agree, bodies,
+)
 
 GROUP = "secure-pipeline-group"
 AK, SK = "ak-pipeline", "sk-pipeline-very-secret"
@@ -230,14 +232,7 @@ def read(admin, mq, start, end, **kw):
 def test_native_and_python_loops_read_the_same_rows(secured, start, length, nums, depth,
                                                     batch):
     cluster, admin, options = secured
-    end = min(600, start + length)
-    mq = admin.queues("Capped")[0]
-    expected = [(i, b) for i, b in enumerate(bodies(600))][start:end]
-    kw = dict(max_msg_nums=nums, pipeline_depth=depth, batch_max_messages=batch)
-    native, nr = read(admin, mq, start, end, **kw)
-    python, pr = read(admin, mq, start, end, native=False, **kw)
-    assert nr.path == "native" and pr.path == "python"
-    assert native == expected and python == expected
+    assert_loops_agree(admin, start, length, nums, depth, batch)
 
 
 def test_the_loop_on_a_secured_connection_signs_and_encrypts(secured):

@@ -69,12 +69,18 @@ def capped_admin(capped):
        depth=st.sampled_from([1, 2, 16]), batch=st.sampled_from([3, 50, 32768]))
 def test_native_and_python_readers_return_exactly_the_range(capped, capped_admin, start, length,
                                                             nums, depth, batch):
+    assert_loops_agree(capped_admin, start, length, nums, depth, batch)
+
+
+def assert_loops_agree(admin, start: int, length: int, nums: int, depth: int, batch: int):
+    """The native and the pure-Python loop both read exactly [start, start+length) of the
+    600 bodies in queue 0 of "Capped"."""
     end = min(600, start + length)
-    mq = capped_admin.queues("Capped")[0]
+    mq = admin.queues("Capped")[0]
     expected = [(i, b) for i, b in enumerate(bodies(600))][start:end]
     kw = dict(max_msg_nums=nums, pipeline_depth=depth, batch_max_messages=batch)
-    native, nr = read(capped_admin, mq, start, end, **kw)
-    python, pr = read(capped_admin, mq, start, end, native=False, **kw)
+    native, nr = read(admin, mq, start, end, **kw)
+    python, pr = read(admin, mq, start, end, native=False, **kw)
     assert nr.path == "native" and pr.path == "python"
     assert native == expected and python == expected
 
