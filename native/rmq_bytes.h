@@ -1,6 +1,7 @@
 /*
  * Big-endian reads and writes of remoting frames' integers, shared by the pull loop
- * (rmq_pull.c) and the embedded broker's pull server (rmq_serve.c).
+ * (rmq_pull.c), the binary header codec (rmq_header.c) and the embedded broker's pull server
+ * (rmq_serve.c).
  */
 #ifndef RMQ_BYTES_H
 #define RMQ_BYTES_H

@@ -13,15 +13,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "rmq_bytes.h"
 #include "rmq_pull.h"
-
-static inline int32_t be32(const uint8_t *p) {
-    return (int32_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]);
-}
-static inline int16_t be16(const uint8_t *p) { return (int16_t)((uint16_t)p[0] << 8 | p[1]); }
-static inline void put32(uint8_t *p, uint32_t v) {
-    p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;
-}
 
 static PyObject *utf8(const uint8_t *p, Py_ssize_t n) {
     return PyUnicode_DecodeUTF8((const char *)p, n, NULL);
@@ -35,7 +28,7 @@ static PyObject *decode_binary_header(PyObject *self, PyObject *args) {
     Py_ssize_t n = b.len, pos = 13;
     PyObject *remark = NULL, *ext = NULL, *out = NULL;
     if (n < 21) goto reject;
-    int32_t rl = be32(h + pos);
+    int32_t rl = rd32(h + pos);
     pos += 4;
     if (rl < 0 || pos + rl > n) goto reject;
     if (rl) {
@@ -46,18 +39,18 @@ static PyObject *decode_binary_header(PyObject *self, PyObject *args) {
     }
     pos += rl;
     if (pos + 4 > n) goto reject;
-    int32_t el = be32(h + pos);
+    int32_t el = rd32(h + pos);
     pos += 4;
     if (el < 0 || pos + el != n) goto reject;
     if (!(ext = PyDict_New())) goto fail;
     while (pos < n) {
         if (pos + 2 > n) goto reject;
-        int16_t kl = be16(h + pos);
+        int16_t kl = rd16(h + pos);
         if (kl < 0 || pos + 2 + kl + 4 > n) goto reject;
         PyObject *key = utf8(h + pos + 2, kl);
         if (!key) goto reject;
         pos += 2 + kl;
-        int32_t vl = be32(h + pos);
+        int32_t vl = rd32(h + pos);
         if (vl < 0 || pos + 4 + vl > n) { Py_DECREF(key); goto reject; }
         PyObject *value = utf8(h + pos + 4, vl);
         if (!value) { Py_DECREF(key); goto reject; }
@@ -67,8 +60,8 @@ static PyObject *decode_binary_header(PyObject *self, PyObject *args) {
         if (rc < 0) goto fail;
         pos += 4 + vl;
     }
-    out = Py_BuildValue("(iiiiiNN)", (int)be16(h), (int)h[2], (int)be16(h + 3), (int)be32(h + 5),
-                        (int)be32(h + 9), remark, ext);
+    out = Py_BuildValue("(iiiiiNN)", (int)rd16(h), (int)h[2], (int)rd16(h + 3), (int)rd32(h + 5),
+                        (int)rd32(h + 9), remark, ext);
     PyBuffer_Release(&b);
     return out;
 reject:
@@ -125,12 +118,12 @@ static PyObject *encode_binary_header(PyObject *self, PyObject *args) {
     p[0] = (uint8_t)(code >> 8); p[1] = (uint8_t)code;
     p[2] = (uint8_t)language;
     p[3] = (uint8_t)(version >> 8); p[4] = (uint8_t)version;
-    put32(p + 5, (uint32_t)opaque);
-    put32(p + 9, (uint32_t)flag);
-    put32(p + 13, (uint32_t)rlen);
+    wr32(p + 5, (uint32_t)opaque);
+    wr32(p + 9, (uint32_t)flag);
+    wr32(p + 13, (uint32_t)rlen);
     if (rlen) memcpy(p + 17, rs, rlen);
     uint8_t *q = p + 17 + rlen;
-    put32(q, (uint32_t)ext_len);
+    wr32(q, (uint32_t)ext_len);
     q += 4;
     if (ext != Py_None) {
         pos = 0;
@@ -141,7 +134,7 @@ static PyObject *encode_binary_header(PyObject *self, PyObject *args) {
             const char *vs = PyUnicode_AsUTF8AndSize(v, &vl);
             q[0] = (uint8_t)(kl >> 8); q[1] = (uint8_t)kl;
             memcpy(q + 2, ks, kl);
-            put32(q + 2 + kl, (uint32_t)vl);
+            wr32(q + 2 + kl, (uint32_t)vl);
             memcpy(q + 6 + kl, vs, vl);
             q += 6 + kl + vl;
         }

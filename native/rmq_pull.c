@@ -499,8 +499,9 @@ static int append_request(Puller *self, int64_t offset, int32_t nums, int32_t op
     return 0;
 }
 
-/* Pull whatever has arrived into rbuf without blocking; -1 with errno, 0 closed, else 1. */
-static int recv_some(Puller *self, int *closed) {
+/* At least RECV_CHUNK free bytes at the end of rbuf: reset when all is consumed, else
+ * compact, then grow; -1 with a Python error. */
+static int make_room(Puller *self) {
     if (self->rpos > 0 && self->rpos == self->rlen) self->rpos = self->rlen = 0;
     if (self->rcap - self->rlen < RECV_CHUNK) {
         if (self->rpos > 0) {  /* compact */
@@ -508,8 +509,14 @@ static int recv_some(Puller *self, int *closed) {
             self->rlen -= self->rpos;
             self->rpos = 0;
         }
-        if (grow(&self->rbuf, &self->rcap, self->rlen + RECV_CHUNK) < 0) return -2;
+        if (grow(&self->rbuf, &self->rcap, self->rlen + RECV_CHUNK) < 0) return -1;
     }
+    return 0;
+}
+
+/* Pull whatever has arrived into rbuf without blocking; -1 with errno, 0 closed, else 1. */
+static int recv_some(Puller *self, int *closed) {
+    if (make_room(self) < 0) return -2;
     ssize_t got;
     Py_BEGIN_ALLOW_THREADS
     got = recv(self->fd, self->rbuf + self->rlen, self->rcap - self->rlen, MSG_DONTWAIT);
@@ -525,15 +532,7 @@ static int recv_some(Puller *self, int *closed) {
  * -2 with a Python error (the connection's code turns OSError and SSLError into a lost
  * connection), else 1 (nothing new when nothing came in time, *closed when the peer closed). */
 static int transport_recv(Puller *self, double left, int *closed) {
-    if (self->rpos > 0 && self->rpos == self->rlen) self->rpos = self->rlen = 0;
-    if (self->rcap - self->rlen < RECV_CHUNK) {
-        if (self->rpos > 0) {  /* compact */
-            memmove(self->rbuf, self->rbuf + self->rpos, self->rlen - self->rpos);
-            self->rlen -= self->rpos;
-            self->rpos = 0;
-        }
-        if (grow(&self->rbuf, &self->rcap, self->rlen + RECV_CHUNK) < 0) return -2;
-    }
+    if (make_room(self) < 0) return -2;
     PyObject *view = PyMemoryView_FromMemory(self->rbuf + self->rlen, self->rcap - self->rlen,
                                              PyBUF_WRITE);
     if (!view) return -2;

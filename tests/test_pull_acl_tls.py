@@ -44,7 +44,8 @@ from rocketmq_spark.client.protocol.frame import RemotingCommand, decode_frame, 
 from rocketmq_spark.client.pull import PullRequest
 
 from test_pull_pipeline import (  # noqa: E402  (tests/ is on sys.path)
-    assert_a_signal_interrupts, assert_loops_agree, bodies,
+    assert_a_signal_interrupts, assert_loops_agree, assert_other_answers_reach_their_futures,
+    bodies,
 )
 
 GROUP = "secure-pipeline-group"
@@ -415,15 +416,7 @@ def test_other_frames_on_a_tls_connection_are_dispatched_during_the_loop(
     cluster.create_topic("Capped", queues=1)
     cluster.append("Capped", "broker-a", 0, bodies(600))
     with Admin(cluster.namesrv_addr, config=_config("acl+tls")) as admin:
-        mq = admin.queues("Capped")[0]
-        conn = admin.brokers.remoting.connection(admin.address(mq, 0, False))
-        cluster.delay_next(1, 0.1, request_codes=[RequestCode.GET_MAX_OFFSET])
-        cluster.delay_next(1, 0.4, request_codes=[RequestCode.PULL_MESSAGE])
-        future = conn.send_request(RemotingCommand(code=RequestCode.GET_MAX_OFFSET, ext_fields={
-            "topic": "Capped", "queueId": "0"}))
-        rows, reader = read(admin, mq, 0, 600)
-        assert reader.path == "native" and len(rows) == 600
-        assert future.done and future.result().fields["offset"] == "600"
+        assert_other_answers_reach_their_futures(cluster, admin)
 
 
 def test_a_signal_interrupts_the_tls_loop_at_once(embedded_cluster_factory):

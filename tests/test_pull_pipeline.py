@@ -112,14 +112,19 @@ def test_other_frames_on_the_socket_are_dispatched_during_the_loop(capped, cappe
     """An answer to another request that arrives while the native loop reads the socket goes
     to that request's future. (The broker holds that answer 0.1 s and the first pull 0.4 s,
     so it arrives while the loop waits.)"""
-    mq = capped_admin.queues("Capped")[0]
-    address = capped_admin.address(mq, 0, False)
-    conn = capped_admin.brokers.remoting.connection(address)
-    capped.delay_next(1, 0.1, request_codes=[RequestCode.GET_MAX_OFFSET])
-    capped.delay_next(1, 0.4, request_codes=[RequestCode.PULL_MESSAGE])
+    assert_other_answers_reach_their_futures(capped, capped_admin)
+
+
+def assert_other_answers_reach_their_futures(cluster, admin) -> None:
+    """A GET_MAX_OFFSET answered (0.1 s late) while the native loop reads queue 0 of "Capped"
+    (600 bodies; its first pull held 0.4 s) completes its own future."""
+    mq = admin.queues("Capped")[0]
+    conn = admin.brokers.remoting.connection(admin.address(mq, 0, False))
+    cluster.delay_next(1, 0.1, request_codes=[RequestCode.GET_MAX_OFFSET])
+    cluster.delay_next(1, 0.4, request_codes=[RequestCode.PULL_MESSAGE])
     future = conn.send_request(RemotingCommand(code=RequestCode.GET_MAX_OFFSET, ext_fields={
         "topic": "Capped", "queueId": "0"}))
-    rows, reader = read(capped_admin, mq, 0, 600)
+    rows, reader = read(admin, mq, 0, 600)
     assert reader.path == "native" and len(rows) == 600
     assert future.done and future.result().fields["offset"] == "600"
 

@@ -16,7 +16,6 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import StringType, StructField, StructType
 
-from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.client.remoting import RemotingClient
 from rocketmq_spark.client.transaction import END_TRANSACTION, CheckResponder
 from rocketmq_spark.options import OptionError
@@ -87,6 +86,15 @@ def txn_cluster(embedded_cluster_factory):
 # ------------------------------------------------------------------------------ options
 
 
+def start_responder(cluster, group: str, log, ops) -> CheckResponder:
+    """A check-back responder for ``group`` answering from ``log``, registered on every
+    broker of the cluster (what the sink's responder process does)."""
+    responder = CheckResponder.create(RemotingClient().config, group,
+                                      lambda req: eo.decide(log, QUERY, ops, req)).start()
+    responder.register(b.addr for b in cluster.brokers)
+    return responder
+
+
 def test_option_errors_name_the_option(tmp_path):
     with pytest.raises(OptionError, match="deliveryGuarantee: 'twice'"):
         parse_sink_options({"nameServer": "h:9876", "deliveryGuarantee": "twice"})
@@ -149,10 +157,7 @@ def test_aborted_attempt_is_never_delivered_even_after_check_backs(txn_cluster, 
     with RemotingClient() as remoting:
         eo.commit_batch(log, remoting, eo.OpTopic(remoting), record_of(later, 2, "eo-abort"))
         ops = eo.OpTopic(remoting)
-        responder = CheckResponder.create(
-            RemotingClient().config, "eo-abort",
-            lambda req: eo.decide(log, QUERY, ops, req)).start()
-        responder.register(b.addr for b in cluster.brokers)
+        responder = start_responder(cluster, "eo-abort", log, ops)
         try:
             deadline = time.time() + 15
             while responder.answered["ROLLBACK"] < 30 and time.time() < deadline:
@@ -183,10 +188,7 @@ def test_dropped_end_transactions_are_settled_by_check_back_as_recorded(txn_clus
     os.utime(os.path.join(log.root, "ended", "0"), (past, past))  # the grace period is over
     with RemotingClient() as lookups:
         ops = eo.OpTopic(lookups)
-        responder = CheckResponder.create(
-            RemotingClient().config, "eo-drop",
-            lambda req: eo.decide(log, QUERY, ops, req)).start()
-        responder.register(b.addr for b in cluster.brokers)
+        responder = start_responder(cluster, "eo-drop", log, ops)
         try:
             deadline = time.time() + 20
             while visible(cluster, topic) < 100 and time.time() < deadline:
