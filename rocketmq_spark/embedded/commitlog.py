@@ -16,7 +16,7 @@ from typing import Iterator, Optional
 
 from ..client.errors import MessageDecodeError
 from ..client.protocol.message import record_layout
-from ..client.protocol.properties import TAGS, decode_properties, java_string_hash
+from ..client.protocol.properties import TAGS, java_string_hash, property_value
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ class ReplayedRecord:
 
 def tag_code_of(properties_text: str) -> int:
     """The consume-queue tag code: Java hashCode of the TAGS property, 0 without tags."""
-    tags = decode_properties(properties_text).get(TAGS)
+    tags = property_value(properties_text, TAGS)
     return java_string_hash(tags) if tags else 0
 
 

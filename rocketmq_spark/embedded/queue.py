@@ -8,10 +8,12 @@ min offset exactly like the genuine broker's cleanup does.
 """
 from __future__ import annotations
 
+import struct
 from array import array
 from bisect import bisect_left, bisect_right
 from typing import Iterable, List, Optional, Sequence, Tuple
 
+_LONG = struct.Struct(">q")
 CQ_ENTRY_BYTES = 20  # a genuine consume-queue entry; the filter window is counted in these
 
 
@@ -153,6 +155,14 @@ class ConsumeQueue:
             raise IndexError(offset)
         base = self._buf_start
         return bytes(self._buf[self._start_of(i) - base:self._ends[i] - base])
+
+    def record_long(self, offset: int, at: int) -> int:
+        """The big-endian 8-byte number at byte ``at`` of the record at ``offset`` (e.g. its
+        physical offset at 28), without copying the record."""
+        i = offset - self._first
+        if not 0 <= i < len(self._ends):
+            raise IndexError(offset)
+        return _LONG.unpack_from(self._buf, self._start_of(i) - self._buf_start + at)[0]
 
     def overwrite(self, offset: int, record: bytes) -> bytes:
         """Replace the stored bytes of the record at ``offset`` with ``record`` of the same

@@ -28,8 +28,8 @@ from ..client.protocol.message import (
     offset_msg_id, pack_host,
 )
 from ..client.protocol.properties import (
-    CLUSTER, TAGS, WAIT, decode_properties, encode_properties, java_hashmap_order,
-    java_string_hash,
+    CLUSTER, TAGS, WAIT, decode_properties, hashmap_properties, java_string_hash,
+    property_value,
 )
 from .headers import java_bool, opt_int, req_int, req_long, req_str
 from .nameserver import FAQ_SUFFIX
@@ -74,20 +74,19 @@ def stored_properties(properties: Optional[str], cluster: str) -> str:
     """What a 4.9.8 broker writes for a single message's properties."""
     props = decode_properties(properties or "")
     props[CLUSTER] = cluster
-    order = java_hashmap_order(props)  # WAIT still counts for the map's layout
-    return encode_properties({k: props[k] for k in order if k != WAIT}, trailing_separator=False)
+    return hashmap_properties(props, drop=WAIT)  # WAIT still counts for the map's layout
 
 
 def batch_properties(properties: Optional[str], cluster: str) -> str:
     """The batch-level properties appended to every message of a batch (WAIT is kept)."""
     props = decode_properties(properties or "")
     props[CLUSTER] = cluster
-    return encode_properties({k: props[k] for k in java_hashmap_order(props)},
-                             trailing_separator=False)
+    return hashmap_properties(props)
 
 
 def tag_code(properties_text: str) -> int:
-    tags = decode_properties(properties_text).get(TAGS)
+    """The consume-queue tag code: Java hashCode of the TAGS property, 0 without tags."""
+    tags = property_value(properties_text, TAGS)
     return java_string_hash(tags) if tags else 0
 
 

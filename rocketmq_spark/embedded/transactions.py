@@ -35,6 +35,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import struct
+import zlib
 from typing import TYPE_CHECKING, Dict, Generator, List, Optional, Tuple
 
 from ..client.protocol.codes import PERM_READ, PERM_WRITE, RequestCode
@@ -42,11 +44,12 @@ from ..client.protocol.codes import ResponseCode as RC
 from ..client.protocol.frame import RemotingCommand
 from .background import BackgroundService
 from ..client.protocol.message import (
-    SYSFLAG_TRANSACTION_MASK, MessageExt, decode_message, encode_stored_message, offset_msg_id,
-    pack_host, record_layout,
+    MAGIC_V1, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, SYSFLAG_TRANSACTION_MASK, MessageExt,
+    decode_message, encode_stored_message, offset_msg_id, pack_host, record_layout,
 )
 from ..client.protocol.properties import (
-    CLUSTER, TAGS, UNIQ_KEY, WAIT, decode_properties, encode_properties, java_hashmap_order,
+    CLUSTER, TAGS, UNIQ_KEY, WAIT, decode_properties, hashmap_properties, java_hashmap_order,
+    java_string_hash, property_value,
 )
 from .headers import java_bool, opt_str, req_int, req_long, req_str
 from .store import TopicConfig
@@ -73,6 +76,7 @@ TRANSACTION_NOT_TYPE = 0x0
 TRANSACTION_PREPARED_TYPE = 0x4
 TRANSACTION_COMMIT_TYPE = 0x8
 TRANSACTION_ROLLBACK_TYPE = 0xC
+REMOVE_TAG_CODE = java_string_hash(REMOVE_TAG)
 SLICE = 256  # messages a check pass reads between two turns of the event loop
 FILE_RESERVED_MS = 72 * 3600 * 1000  # half messages older than fileReservedTime are dropped
 
@@ -81,7 +85,7 @@ def is_half(properties: Optional[str]) -> bool:
     """Whether a single send is a prepared (half) message: ``TRAN_MSG`` parses as true."""
     if not properties or TRAN_MSG not in properties:
         return False
-    return java_bool(decode_properties(properties).get(TRAN_MSG))
+    return java_bool(property_value(properties, TRAN_MSG))
 
 
 def with_transaction_type(sys_flag: int, kind: int) -> int:
@@ -91,8 +95,10 @@ def with_transaction_type(sys_flag: int, kind: int) -> int:
 
 def hashmap_text(props: Dict[str, str]) -> str:
     """``MessageDecoder.messageProperties2String`` of a broker-side HashMap."""
-    return encode_properties({k: props[k] for k in java_hashmap_order(props)},
-                             trailing_separator=False)
+    return hashmap_properties(props)
+
+
+OP_PROPERTIES = hashmap_text({TAGS: REMOVE_TAG, WAIT: "true"})  # every op message's
 
 
 def half_properties(properties: Optional[str], topic: str, queue_id: int, cluster: str) -> str:
@@ -118,6 +124,50 @@ def _properties_text(record: bytes) -> str:
     return bytes(record[layout[9]:layout[9] + layout[10]]).decode("utf-8")
 
 
+_I, _Q, _IQ = struct.Struct(">i"), struct.Struct(">q"), struct.Struct(">iq")
+_HEAD = struct.Struct(">iiiiiqqiq")  # totalSize .. bornTimestamp
+
+
+def committed_record(half: bytes, layout, topic: str, queue_id: int, queue_offset: int,
+                     physical_offset: int, store_timestamp: int, properties: str,
+                     prepared_offset: int) -> Optional[bytes]:
+    """The real message END_TRANSACTION COMMIT stores for the half record ``half``: what
+    ``encode_stored_message`` builds from the decoded half message (body, flag, born time and
+    host, store host, reconsume times carried over; sysFlag COMMIT), assembled from the half's
+    own bytes. None when the result would not be a plain V1 record (the caller encodes it)."""
+    (_total, _magic, sys_flag, born_len, store_len, body_pos, body_len, *_rest) = layout
+    topic_b, props_b = topic.encode("utf-8"), properties.encode("utf-8")
+    if len(topic_b) > 127 or len(props_b) > 32767:
+        return None
+    crc, = _I.unpack_from(half, 8)
+    flag, = _I.unpack_from(half, 16)
+    born_ts, = _Q.unpack_from(half, 40)
+    store_at = 56 + born_len
+    reconsume, = _I.unpack_from(half, store_at + store_len)
+    total = store_at + store_len + 12 + 4 + body_len + 1 + len(topic_b) + 2 + len(props_b)
+    return b"".join((
+        _HEAD.pack(total, MAGIC_V1, crc, queue_id, flag, queue_offset, physical_offset,
+                   with_transaction_type(sys_flag, TRANSACTION_COMMIT_TYPE), born_ts),
+        half[48:48 + born_len], _Q.pack(store_timestamp), half[store_at:store_at + store_len],
+        _IQ.pack(reconsume, prepared_offset), half[body_pos - 4:body_pos + body_len],
+        bytes((len(topic_b),)), topic_b, len(props_b).to_bytes(2, "big"), props_b))
+
+
+def op_record(half_offset: int, queue_offset: int, physical_offset: int, now: int,
+              host: bytes, v6: bool) -> bytes:
+    """The op message for half message ``half_offset`` (what ``encode_stored_message`` builds
+    with the broker's address as born and store host)."""
+    body = str(half_offset).encode()
+    props = OP_PROPERTIES.encode()
+    sys_flag = (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6) if v6 else 0
+    total = 56 + 2 * len(host) + 12 + 4 + len(body) + 1 + len(OP_TOPIC) + 2 + len(props)
+    return b"".join((
+        _HEAD.pack(total, MAGIC_V1, zlib.crc32(body) & 0x7FFFFFFF, 0, 0, queue_offset,
+                   physical_offset, sys_flag, now),
+        host, _Q.pack(now), host, _IQ.pack(0, 0), _I.pack(len(body)), body,
+        bytes((len(OP_TOPIC),)), OP_TOPIC.encode(), len(props).to_bytes(2, "big"), props))
+
+
 class TransactionService(BackgroundService):
     """Half/op topics, END_TRANSACTION and the periodic check-back of one broker."""
 
@@ -136,9 +186,11 @@ class TransactionService(BackgroundService):
         if topic not in store.topics:
             store.put_topic(TopicConfig(topic, 1, 1, PERM_READ | PERM_WRITE))
 
-    def _append(self, topic: str, queue_id: int, build) -> Tuple[int, int, bytes]:
-        """Store one record built by ``build(queue_offset, physical_offset, now)``; returns
-        (queue offset, physical offset, record)."""
+    def _append(self, topic: str, queue_id: int, build, code: Optional[int] = None
+                ) -> Tuple[int, int, bytes]:
+        """Store one record built by ``build(queue_offset, physical_offset, now)``, whose tag
+        code is ``code`` (None: read from the record); returns (queue offset, physical
+        offset, record)."""
         from .send import tag_code
 
         store = self.broker.store
@@ -146,7 +198,8 @@ class TransactionService(BackgroundService):
         now = store.now()
         offset, phys = queue.max_offset, store.commit_log.size
         record = build(offset, phys, now)
-        code = tag_code(_properties_text(record))
+        if code is None:
+            code = tag_code(_properties_text(record))
         store.append(queue, [record], [code], now)
         self.broker.long_poll.notify_arrival_soon(topic, queue_id, queue.max_offset, [code])
         return offset, phys, record
@@ -179,8 +232,9 @@ class TransactionService(BackgroundService):
             return cmd.make_response(RC.SYSTEM_ERROR, None,
                                      "Find prepared transaction message failed", version=version)
         queue_offset, record = found
-        msg, _ = decode_message(record, verify_crc=False, decompress=False)
-        if msg.properties.get(PGROUP) != group:
+        layout = record_layout(record, 0, len(record))
+        props_text = bytes(record[layout[9]:layout[9] + layout[10]]).decode("utf-8")
+        if property_value(props_text, PGROUP) != group:
             remark = "The producer group wrong"
         elif queue_offset != table_offset:
             remark = "The transaction state table offset wrong"
@@ -189,7 +243,7 @@ class TransactionService(BackgroundService):
         if remark is not None:
             return cmd.make_response(RC.SYSTEM_ERROR, None, remark, version=version)
         if kind == TRANSACTION_COMMIT_TYPE:
-            if not self._store_real(msg, _properties_text(record), commit_log_offset):
+            if not self._store_real(record, layout, props_text, commit_log_offset):
                 return cmd.make_response(RC.SYSTEM_ERROR, None, "UNKNOWN_ERROR",
                                          version=version)
         self._put_op(queue_offset)
@@ -206,43 +260,55 @@ class TransactionService(BackgroundService):
         lo, hi = queue.min_offset, queue.max_offset
         while lo < hi:
             mid = (lo + hi) // 2
-            record = queue.record(mid)
-            phys = int.from_bytes(record[28:36], "big", signed=True)
+            phys = queue.record_long(mid, 28)
             if phys == commit_log_offset:
-                return mid, record
+                return mid, queue.record(mid)
             if phys < commit_log_offset:
                 lo = mid + 1
             else:
                 hi = mid
         return None
 
-    def _store_real(self, msg: MessageExt, props_text: str, commit_log_offset: int) -> bool:
+    def _store_real(self, record: bytes, layout, props_text: str,
+                    commit_log_offset: int) -> bool:
         """The committed message in its real queue (``endMessageTransaction``)."""
-        props = msg.properties
-        topic, qid = props.get(REAL_TOPIC), props.get(REAL_QID, "")
+        from .send import tag_code
+
+        topic = property_value(props_text, REAL_TOPIC)
+        qid = property_value(props_text, REAL_QID) or ""
         if not topic or not qid.lstrip("-").isdigit():
-            log.error("%s: half message %s has no REAL_TOPIC/REAL_QID; not committed",
-                      self.broker.name, msg.offset_msg_id)
+            log.error("%s: half message at %d has no REAL_TOPIC/REAL_QID; not committed",
+                      self.broker.name, commit_log_offset)
             return False
         text = hashmap_text(decode_properties(props_text))
-        self._append(topic, int(qid), lambda offset, phys, now: encode_stored_message(
-            topic=topic, queue_id=int(qid), queue_offset=offset, physical_offset=phys,
+        code = tag_code(text)
+
+        def build(offset, phys, now):
+            return committed_record(record, layout, topic, int(qid), offset, phys, now, text,
+                                    commit_log_offset) or self._encode_real(
+                record, topic, int(qid), offset, phys, now, text, commit_log_offset)
+        self._append(topic, int(qid), build, code)
+        return True
+
+    @staticmethod
+    def _encode_real(record: bytes, topic: str, qid: int, offset: int, phys: int, now: int,
+                     text: str, commit_log_offset: int) -> bytes:
+        """The committed record encoded from the decoded half message (long topics)."""
+        msg, _ = decode_message(record, verify_crc=False, decompress=False)
+        return encode_stored_message(
+            topic=topic, queue_id=qid, queue_offset=offset, physical_offset=phys,
             body=msg.stored_body, properties=text, flag=msg.flag,
             sys_flag=with_transaction_type(msg.sys_flag, TRANSACTION_COMMIT_TYPE),
             born_timestamp=msg.born_timestamp, born_host=msg.born_host, store_timestamp=now,
             store_host=msg.store_host, reconsume_times=msg.reconsume_times,
-            prepared_transaction_offset=commit_log_offset))
-        return True
+            prepared_transaction_offset=commit_log_offset)
 
     def _put_op(self, half_offset: int) -> None:
         """The op message that marks half message ``half_offset`` as ended."""
         self.ensure_topic(OP_TOPIC)
-        text = hashmap_text({TAGS: REMOVE_TAG, WAIT: "true"})
-        host = self.broker.addr
-        self._append(OP_TOPIC, 0, lambda offset, phys, now: encode_stored_message(
-            topic=OP_TOPIC, queue_id=0, queue_offset=offset, physical_offset=phys,
-            body=str(half_offset).encode(), properties=text, born_timestamp=now,
-            born_host=host, store_timestamp=now, store_host=host))
+        host, v6 = pack_host(self.broker.addr)
+        self._append(OP_TOPIC, 0, lambda offset, phys, now: op_record(
+            half_offset, offset, phys, now, host, v6), REMOVE_TAG_CODE)
 
     # ---------------------------------------------------------------- check service
 

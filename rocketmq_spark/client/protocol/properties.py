@@ -1,7 +1,8 @@
 """Message properties: ``name \\x01 value \\x02`` text, and the well-known property names."""
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Mapping
+from functools import lru_cache
+from typing import Dict, Iterable, List, Mapping, Tuple
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -44,12 +45,19 @@ def decode_properties(text: str) -> Dict[str, str]:
     return out
 
 
+@lru_cache(maxsize=8192)
 def java_string_hash(text: str) -> int:
-    """Java's ``String.hashCode()`` as a signed 32-bit int (used for tag codes)."""
+    """Java's ``String.hashCode()`` as a signed 32-bit int (used for tag codes).
+
+    Remembered per string: brokers hash the same tags and property names for every message."""
     h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    if text.isascii():  # one UTF-16 unit per character
+        for c in text.encode("ascii"):
+            h = (31 * h + c) & 0xFFFFFFFF
+    else:
+        data = text.encode("utf-16-be")
+        for i in range(0, len(data), 2):
+            h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
     return h - (1 << 32) if h & 0x80000000 else h
 
 
@@ -57,8 +65,25 @@ def java_hashmap_order(keys: Iterable[str]) -> List[str]:
     """The iteration order of a ``java.util.HashMap`` holding ``keys`` (inserted in this order).
 
     A genuine broker rebuilds the stored properties from a HashMap, so their order on disk is
-    this order; the embedded server uses it to store byte-identical properties.
+    this order; the embedded server uses it to store byte-identical properties. Remembered per
+    tuple of keys: every message of a producer carries the same key set.
     """
+    return list(_hashmap_order(tuple(keys)))
+
+
+_ORDERS: Dict[Tuple[str, ...], Tuple[str, ...]] = {}
+
+
+def _hashmap_order(keys: Tuple[str, ...]) -> Tuple[str, ...]:
+    order = _ORDERS.get(keys)
+    if order is None:
+        if len(_ORDERS) >= 4096:  # key sets with unique names: do not grow without bound
+            _ORDERS.clear()
+        order = _ORDERS[keys] = tuple(_compute_hashmap_order(keys))
+    return order
+
+
+def _compute_hashmap_order(keys: Iterable[str]) -> List[str]:
     keys = list(dict.fromkeys(keys))
     capacity = 16
     while len(keys) > capacity * 0.75:
@@ -69,6 +94,33 @@ def java_hashmap_order(keys: Iterable[str]) -> List[str]:
         return ((h ^ (h >> 16)) & (capacity - 1), item[0])
 
     return [k for _, k in sorted(enumerate(keys), key=bucket)]
+
+
+def hashmap_properties(props: Mapping[str, str], drop: str = "") -> str:
+    """``MessageDecoder.messageProperties2String`` of a Java HashMap holding ``props``
+    (inserted in their order): the 4.9.1+ text (no trailing separator), minus property
+    ``drop`` (which still counts for the map's layout)."""
+    order = _hashmap_order(tuple(props))
+    return encode_properties({k: props[k] for k in order if k != drop},
+                             trailing_separator=False)
+
+
+def property_value(text: str, name: str):
+    """What ``decode_properties(text).get(name)`` is, without decoding every property."""
+    key = name + NAME_VALUE_SEPARATOR
+    at = text.find(key)
+    if at < 0:
+        return None
+    found = None
+    n = len(key)
+    while at >= 0:
+        if at == 0 or text[at - 1] == PROPERTY_SEPARATOR:
+            end = text.find(PROPERTY_SEPARATOR, at + n)
+            value = text[at + n:] if end < 0 else text[at + n:end]
+            if value:  # an empty value is dropped: an earlier one stands
+                found = value
+        at = text.find(key, at + n)
+    return found
 
 
 def split_tags_expression(expression: str) -> List[str]:
