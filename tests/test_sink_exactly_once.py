@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import StringType, StructField, StructType
 
+from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
 from rocketmq_spark.client.remoting import RemotingClient
 from rocketmq_spark.client.transaction import END_TRANSACTION, CheckResponder
 from rocketmq_spark.options import OptionError
@@ -57,11 +58,12 @@ def pull_bodies(cluster, topic: str) -> Counter:
     return seen
 
 
-def send_halves(cluster, topic: str, rows, batch_id: int = 0, group: str = "eo-group"):
+def send_halves(cluster, topic: str, rows, batch_id: int = 0, group: str = "eo-group",
+                **extra: str):
     """One task attempt's half messages, sent by the sink's task code; its summary."""
     options = parse_sink_options({"nameServer": cluster.namesrv_addr, "topic": topic,
                                   "deliveryGuarantee": "exactlyOnce",
-                                  "producerGroup": group})
+                                  "producerGroup": group, **extra})
     plan = plan_columns(SCHEMA, topic)
     batch = pa.RecordBatch.from_arrays([pa.array([str(r) for r in rows])], ["body"])
     identity = TaskIdentity("stream", QUERY, batch_id, 0)
@@ -139,6 +141,67 @@ def test_half_messages_are_invisible_until_the_commit_then_delivered_once(txn_cl
     seen = pull_bodies(cluster, topic)
     assert seen == Counter(str(i) for i in range(200))
     assert log.ended_at(0) is not None and log.pending() == []
+
+
+def test_a_refused_half_rolls_back_the_rest_of_its_run_at_once(embedded_cluster_factory,
+                                                                unique_name, tmp_path):
+    """Half messages go to a queue in runs written together; when the broker refuses one of
+    a run, the ones it stored are rolled back right away (not left to the check-back) and the
+    run is sent again: the brokers hold exactly one pending half per row."""
+    cluster = embedded_cluster_factory(brokers=2)  # no check-back during the test
+    topic = unique_name("EoRefused")
+    cluster.create_topic(topic, 4)
+    cluster.fail_next(1, ResponseCode.SYSTEM_BUSY, "[TIMEOUT_CLEAN_QUEUE]broker busy",
+                      request_codes=[RequestCode.SEND_MESSAGE_V2])
+    summary = send_halves(cluster, topic, range(300), group="eo-refused")
+    assert summary.retries == 1 and len(summary.handles) == 300
+    assert len({h[2] for h in summary.handles}) == 300
+    deadline = time.time() + 10
+    pending = -1
+    while time.time() < deadline:  # the rollbacks are oneway: give the broker a moment
+        pending = sum(len(cluster.pending_transactions(b.name)) for b in cluster.brokers)
+        if pending == 300:
+            break
+        time.sleep(0.1)
+    assert pending == 300, "the stored rest of the refused run was not rolled back"
+    log = eo.CommitLog(str(tmp_path / "rocketmq-sink"))
+    with RemotingClient() as remoting:
+        eo.commit_batch(log, remoting, eo.OpTopic(remoting), record_of(summary, 0, "eo-refused"))
+    deadline = time.time() + 10
+    while visible(cluster, topic) < 300 and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.3)
+    assert pull_bodies(cluster, topic) == Counter(str(i) for i in range(300))
+
+
+def test_signed_half_messages_and_end_transactions(embedded_cluster_factory, unique_name,
+                                                   tmp_path):
+    """With ACL every request is signed on its own (runs are written as commands, not
+    spliced frames); the broker checks each signature."""
+    cluster = embedded_cluster_factory(brokers=1, acl={"ak-eo": "sk-eo-secret"})
+    topic = unique_name("EoSigned")
+    cluster.create_topic(topic, 4)
+    summary = send_halves(cluster, topic, range(150), group="eo-signed",
+                          accessKey="ak-eo", secretKey="sk-eo-secret")
+    assert len(summary.handles) == 150
+    log = eo.CommitLog(str(tmp_path / "rocketmq-sink"))
+    from rocketmq_spark.client.acl import Credentials
+    from rocketmq_spark.client.config import ClientConfig
+
+    config = ClientConfig(credentials=Credentials("ak-eo", "sk-eo-secret"))
+    with RemotingClient(config) as remoting:
+        eo.commit_batch(log, remoting, eo.OpTopic(remoting), record_of(summary, 0, "eo-signed"))
+    deadline = time.time() + 10
+    while visible(cluster, topic) < 150 and time.time() < deadline:
+        time.sleep(0.1)
+    assert visible(cluster, topic) == 150
+    with RemotingClient() as unsigned:  # an unsigned END_TRANSACTION is refused
+        from rocketmq_spark.client.transaction import Outcome, end_transactions
+
+        end_transactions(unsigned, "eo-signed", record_of(summary, 0, "eo-signed").handles[:5],
+                         Outcome.COMMIT)
+    time.sleep(0.5)
+    assert visible(cluster, topic) == 150
 
 
 def test_aborted_attempt_is_never_delivered_even_after_check_backs(txn_cluster, unique_name,

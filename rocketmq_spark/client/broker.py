@@ -19,7 +19,7 @@ from .pull import PullRequest, PullResult, pull_result, response_error
 from .remoting import RemotingClient
 
 # Codes a send may answer with when the message was stored (with a durability warning).
-_SEND_OK_CODES = {
+SEND_STATUS_OF_CODE = {  # send response codes that mean stored, and their SendStatus
     ResponseCode.SUCCESS: "SEND_OK",
     ResponseCode.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
     ResponseCode.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT",
@@ -59,6 +59,29 @@ def _cmd(code: int, fields: Optional[Dict[str, object]] = None, body: bytes = b"
             continue
         ext[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
     return RemotingCommand(code=code, ext_fields=ext, body=body)
+
+
+def send_command(broker_name: str, producer_group: str, topic: str, queue_id: int,
+                 body: bytes, properties: str = "", sys_flag: int = 0, flag: int = 0,
+                 born_timestamp: int = 0, default_topic_queue_nums: int = 4,
+                 batch: bool = False, use_v2: bool = True) -> RemotingCommand:
+    """SEND_MESSAGE_V2 / SEND_MESSAGE / SEND_BATCH_MESSAGE (SendMessageRequestHeader)."""
+    fields: Dict[str, object] = {
+        "producerGroup": producer_group, "topic": topic, "defaultTopic": DEFAULT_TOPIC,
+        "defaultTopicQueueNums": default_topic_queue_nums, "queueId": queue_id,
+        "sysFlag": sys_flag, "bornTimestamp": born_timestamp, "flag": flag,
+        "properties": properties, "reconsumeTimes": 0, "unitMode": False, "batch": batch,
+        "bname": broker_name,
+    }
+    if batch:
+        code = RequestCode.SEND_BATCH_MESSAGE
+        fields = {SEND_V2_KEYS[k]: v for k, v in fields.items()}
+    elif use_v2:
+        code = RequestCode.SEND_MESSAGE_V2
+        fields = {SEND_V2_KEYS[k]: v for k, v in fields.items()}
+    else:
+        code = RequestCode.SEND_MESSAGE
+    return _cmd(code, fields, body)
 
 
 class BrokerClient:
@@ -296,27 +319,27 @@ class BrokerClient:
                            use_v2: bool = True) -> Tuple[Connection, ResponseFuture]:
         """SEND_MESSAGE_V2 (or 10 with ``use_v2=False``), or SEND_BATCH_MESSAGE with ``batch``
         (``body`` from :func:`~.protocol.message.encode_batch`); finish with :meth:`send_wait`."""
-        fields: Dict[str, object] = {
-            "producerGroup": producer_group, "topic": topic, "defaultTopic": DEFAULT_TOPIC,
-            "defaultTopicQueueNums": default_topic_queue_nums, "queueId": queue_id,
-            "sysFlag": sys_flag, "bornTimestamp": born_timestamp, "flag": flag,
-            "properties": properties, "reconsumeTimes": 0, "unitMode": False, "batch": batch,
-            "bname": broker_name,
-        }
-        if batch:
-            code = RequestCode.SEND_BATCH_MESSAGE
-            fields = {SEND_V2_KEYS[k]: v for k, v in fields.items()}
-        elif use_v2:
-            code = RequestCode.SEND_MESSAGE_V2
-            fields = {SEND_V2_KEYS[k]: v for k, v in fields.items()}
-        else:
-            code = RequestCode.SEND_MESSAGE
-        return self.remoting.send(address, _cmd(code, fields, body))
+        return self.remoting.send(address, send_command(
+            broker_name, producer_group, topic, queue_id, body, properties, sys_flag, flag,
+            born_timestamp, default_topic_queue_nums, batch, use_v2))
+
+    def send_messages_async(self, address: str, broker_name: str, *, producer_group: str,
+                            topic: str, queue_id: int,
+                            messages: Sequence[Tuple[bytes, str, int, int]],
+                            born_timestamp: int = 0, default_topic_queue_nums: int = 4
+                            ) -> List[Tuple[Connection, ResponseFuture]]:
+        """Several single messages (``(body, properties, sysFlag, flag)`` each) to one queue,
+        one SEND_MESSAGE_V2 each, written to the socket together: for messages a broker
+        refuses in a batch (half messages), without a system call per message."""
+        return self.remoting.send_many(address, [send_command(
+            broker_name, producer_group, topic, queue_id, body, properties, sys_flag, flag,
+            born_timestamp, default_topic_queue_nums) for body, properties, sys_flag, flag
+            in messages])
 
     def send_wait(self, address: str, pending: Tuple[Connection, ResponseFuture],
                   timeout: Optional[float] = None) -> SendResponse:
         r = self.remoting.wait(pending, timeout)
-        status = _SEND_OK_CODES.get(r.code)
+        status = SEND_STATUS_OF_CODE.get(r.code)
         if status is None:
             raise response_error(r, "SEND_MESSAGE", address)
         f = r.fields

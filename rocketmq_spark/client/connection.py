@@ -292,6 +292,33 @@ class Connection:
         self.last_used = time.monotonic()
         return futures
 
+    def send_encoded(self, count: int, encode: Callable[[List[int]], Any], request_name: str,
+                     oneway: bool = False) -> List[Optional[ResponseFuture]]:
+        """Send ``count`` requests that ``encode(opaques)`` turns into frames (a bytes-like
+        of them back to back, e.g. from a :class:`~.protocol.request_columns.RequestTemplate`)
+        in one write; returns their futures. Not on a signing connection (each request's
+        signature covers its own fields)."""
+        if self.credentials is not None:
+            raise ValueError("requests encoded by the caller cannot be signed; send commands")
+        if self._closed:
+            raise self._unavailable(self.address, self._close_reason or "connection closed")
+        opaques = [next(self._opaque) & 0x7FFFFFFF for _ in range(count)]
+        data = encode(opaques)
+        futures: List[Optional[ResponseFuture]] = [None] * count
+        if not oneway:
+            futures = [ResponseFuture(o, request_name) for o in opaques]
+            with self._cond:
+                for future in futures:
+                    self._pending[future.opaque] = future
+        try:
+            with self._send_lock:
+                self._transport.send(data)
+        except (OSError, ssl.SSLError) as exc:
+            self._fail(f"send failed: {exc}")
+            raise self._unavailable(self.address, f"send failed: {exc}") from None
+        self.last_used = time.monotonic()
+        return futures
+
     def invoke(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         """Send ``cmd`` and wait at most ``timeout`` seconds for its response."""
         return self.wait(self.send_request(cmd), timeout)

@@ -26,13 +26,14 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from .broker import BrokerClient, _cmd
-from .connection import Connection
-from .errors import RocketMQError
+from .broker import SEND_STATUS_OF_CODE, BrokerClient, _cmd
+from .connection import Connection, ResponseFuture
+from .errors import ProtocolError, RocketMQError
 from .protocol import message as M
 from .protocol import properties as P
 from .protocol.codes import RequestCode
-from .protocol.frame import RemotingCommand
+from .protocol.frame import FLAG_ONEWAY, RemotingCommand
+from .pull import response_error
 from .remoting import RemotingClient
 
 log = logging.getLogger(__name__)
@@ -97,9 +98,52 @@ def handle_from_send(broker_name: str, address: str, uniq_key: str, offset_msg_i
                      queue_offset: int, transaction_id: str = "") -> HalfHandle:
     """The handle of a half message from its send response (``msgId`` is the broker's
     offset message id: store host + commit-log offset)."""
-    _, commit_log_offset = M.parse_offset_msg_id(offset_msg_id.split(",")[0])
-    return HalfHandle(broker_name, address, uniq_key, int(queue_offset), commit_log_offset,
+    return HalfHandle(broker_name, address, uniq_key, int(queue_offset),
+                      M.commit_log_offset_of(offset_msg_id.split(",")[0]),
                       transaction_id or uniq_key)
+
+
+@dataclass(frozen=True)
+class HalfSent:
+    """A half message the broker stored: its send status and what END_TRANSACTION needs."""
+
+    status: str
+    handle: HalfHandle
+
+
+def collect_half_answers(address: str, broker_name: str,
+                         pending: Sequence[Tuple[Connection, ResponseFuture]],
+                         ids: Sequence[str], timeout: float
+                         ) -> Tuple[List[HalfSent], Optional[RocketMQError]]:
+    """The answers to a run of half-message sends (``ids``: their UNIQ_KEYs): the stored ones
+    with their handles, and the first error (a refusal, a timeout, a lost connection)."""
+    deadline = time.monotonic() + timeout
+    if pending:  # answers come in order: once the last is in, the rest are
+        conn, last = pending[-1]
+        try:
+            conn.wait(last, timeout)
+        except RocketMQError:
+            pass
+    results: List[HalfSent] = []
+    failure: Optional[RocketMQError] = None
+    for (conn, future), uniq in zip(pending, ids):
+        try:
+            r = future.result() if future.done else conn.wait(
+                future, max(deadline - time.monotonic(), 0.0))
+            status = SEND_STATUS_OF_CODE.get(r.code)
+            if status is None:
+                raise response_error(r, "SEND_MESSAGE", address)
+            f = r.fields
+            results.append(HalfSent(status, HalfHandle(
+                broker_name, address, uniq, int(f["queueOffset"]),
+                M.commit_log_offset_of(f["msgId"].split(",")[0]),
+                f.get("transactionId") or uniq)))
+        except RocketMQError as exc:
+            failure = failure or exc
+        except (KeyError, ValueError) as exc:
+            failure = failure or ProtocolError(
+                f"send response from {address} lacks a usable {exc} field", None, "header")
+    return results, failure
 
 
 def end_transaction_command(group: str, handle: HalfHandle, outcome: Outcome,
@@ -117,10 +161,10 @@ def end_transaction_command(group: str, handle: HalfHandle, outcome: Outcome,
 
 
 def end_transactions(remoting: RemotingClient, group: str, handles: Iterable[HalfHandle],
-                     outcome: Outcome, chunk: int = 512) -> int:
-    """Send END_TRANSACTION (oneway) for every handle, several per write, broker by broker.
-    Returns how many were written to sockets; raises when a broker cannot be reached (the
-    ones already written stay sent)."""
+                     outcome: Outcome, chunk: int = 4096) -> int:
+    """Send END_TRANSACTION (oneway) for every handle, up to ``chunk`` per write, broker by
+    broker. Returns how many were written to sockets; raises when a broker cannot be reached
+    (the ones already written stay sent)."""
     by_address: Dict[str, List[HalfHandle]] = {}
     for h in handles:
         by_address.setdefault(h.address, []).append(h)
@@ -128,13 +172,41 @@ def end_transactions(remoting: RemotingClient, group: str, handles: Iterable[Hal
     for address, items in by_address.items():
         conn = remoting.connection(address)
         for start in range(0, len(items), chunk):
-            commands = [end_transaction_command(group, h, outcome)
-                        for h in items[start:start + chunk]]
-            for c in commands:
-                c.version = remoting.config.version
-            conn.send_requests(commands, oneway=True)
-            sent += len(commands)
+            part = items[start:start + chunk]
+            if conn.credentials is None:
+                _send_ends_spliced(conn, remoting.config.version, group, part, outcome)
+            else:  # a signing connection: each request signed on its own
+                commands = [end_transaction_command(group, h, outcome) for h in part]
+                for c in commands:
+                    c.version = remoting.config.version
+                conn.send_requests(commands, oneway=True)
+            sent += len(part)
     return sent
+
+
+_END_COLUMNS = ("tranStateTableOffset", "commitLogOffset", "msgId", "transactionId")
+
+
+def _send_ends_spliced(conn: Connection, version: int, group: str,
+                       handles: Sequence[HalfHandle], outcome: Outcome) -> None:
+    """END_TRANSACTIONs of ``handles`` in one write, spliced into one template command."""
+    import numpy as np
+    import pyarrow as pa
+
+    from .protocol.request_columns import RequestTemplate, buffer_of
+
+    template = end_transaction_command(group, HalfHandle("", "", "0", 0, 0, "0"), outcome)
+    template.version = version
+    template.flag |= FLAG_ONEWAY
+    columns = RequestTemplate(template, _END_COLUMNS)
+    values = [pa.array(np.fromiter((h.queue_offset for h in handles), np.int64, len(handles))
+                       ).cast(pa.string()),
+              pa.array(np.fromiter((h.commit_log_offset for h in handles), np.int64,
+                                   len(handles))).cast(pa.string()),
+              pa.array([h.uniq_key for h in handles], pa.string()),
+              pa.array([h.transaction_id or h.uniq_key for h in handles], pa.string())]
+    conn.send_encoded(len(handles), lambda opaques: buffer_of(columns.frames(opaques, values)),
+                      "END_TRANSACTION", oneway=True)
 
 
 @dataclass

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from ..client.errors import RocketMQError
 from ..client.pipeline import Outgoing, SendPipeline
-from ..client.transaction import Outcome, end_transactions, handle_from_send
+from ..client.transaction import Outcome, end_transactions
 from .ids import TaskIdentity, message_id
 from .options import SinkOptions
 from .requests import plan_requests
@@ -61,9 +61,7 @@ def write_task(batches: Iterable[pa.RecordBatch], plan: ColumnPlan, options: Sin
     handles: List = []
 
     def keep_handles(item, queue, results):
-        for r in results:
-            handles.append(handle_from_send(r.queue.broker_name, r.address, r.msg_id,
-                                            r.offset_msg_id, r.queue_offset, r.transaction_id))
+        handles.extend(r.handle for r in results)
 
     pipeline = SendPipeline(transport, max_in_flight_per_broker=options.max_in_flight_per_broker,
                             send_timeout=options.send_timeout_ms / 1000.0,

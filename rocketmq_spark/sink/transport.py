@@ -14,10 +14,12 @@ sends them for a :class:`~rocketmq_spark.client.pipeline.SendPipeline` (it is th
 from __future__ import annotations
 
 import hashlib
+import logging
+import time
 import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 import pyarrow as pa
@@ -26,12 +28,15 @@ import pyarrow.compute as pc
 from ..client import pool
 from ..client.pipeline import Outgoing
 from ..client.producer import (
-    BATCH_HEADER_PROPERTIES, MAX_PROPERTIES_SIZE, EncodedRequest, Message, Producer,
+    BATCH_HEADER_PROPERTIES, MAX_PROPERTIES_SIZE, EncodedRequest, EncodedRun, Message, Producer,
 )
 from ..client.protocol import message as M
 from ..client.protocol import properties as P
 from ..client.protocol.route import MessageQueue
-from ..client.transaction import TRANSACTION_PREPARED_TYPE
+from ..client.errors import RocketMQError
+from ..client.transaction import (
+    TRANSACTION_PREPARED_TYPE, HalfSent, Outcome, collect_half_answers, end_transactions,
+)
 from ..client.protocol.send_columns import (
     ENTRY_HEAD_BYTES, byte_lengths, encode_entries, entries_body, join_pieces, property_piece,
     repeated,
@@ -40,8 +45,12 @@ from .options import SinkOptions
 from .rows import RowError, SinkRows
 
 COMPRESSED_SYS_FLAG = M.SYSFLAG_COMPRESSED | (M.COMPRESSION_ZLIB << M.COMPRESSION_SHIFT)
+log = logging.getLogger(__name__)
 ZLIB_LEVEL = 5  # Java's producer compresses with level 5
 ENTRY_OVERHEAD = ENTRY_HEAD_BYTES + 2  # a batch entry's fixed part
+# exactlyOnce: half messages written to a queue together (each its own request: brokers
+# refuse transactional messages in a batch), so a row costs no system call of its own.
+HALF_RUN_ROWS = 128
 
 
 @dataclass
@@ -105,7 +114,7 @@ class RemotingTransport(Transport):
         # messages in a batch), with these properties (TRAN_MSG, PGROUP, query/batch/token).
         self.half_properties = half_properties
         if half_properties is not None:
-            self.max_request_rows = 1
+            self.max_request_rows = HALF_RUN_ROWS
 
     def queues(self, topic: str, refresh: bool = False) -> Sequence[MessageQueue]:
         return self.producer.queues(topic, refresh)
@@ -162,15 +171,18 @@ class RemotingTransport(Transport):
         sizes = ENTRY_OVERHEAD + sent + props_len
         return Prepared(rows, sizes, klass, (entries, body, props))
 
-    def payload(self, prepared: Prepared, rows: np.ndarray, single: bool) -> EncodedRequest:
+    def payload(self, prepared: Prepared, rows: np.ndarray, single: bool
+                ) -> Union[EncodedRequest, EncodedRun]:
         entries, body, props = prepared.data
         first = int(rows[0])
         compressed = prepared.klass is not None and prepared.klass[first]
         sys_flag = COMPRESSED_SYS_FLAG if compressed else 0
-        first_id = prepared.rows.ids[first].as_py()
         if self.half_properties is not None:
-            return EncodedRequest(body[first].as_py(), props[first].as_py().decode("utf-8"),
-                                  sys_flag | TRANSACTION_PREPARED_TYPE, 0, False, first_id)
+            taken = pa.array(rows)
+            return EncodedRun(body.take(taken), props.take(taken),
+                              prepared.rows.ids.take(taken).to_pylist(),
+                              sys_flag | TRANSACTION_PREPARED_TYPE)
+        first_id = prepared.rows.ids[first].as_py()
         if single:
             return EncodedRequest(body[first].as_py(), props[first].as_py().decode("utf-8"),
                                   sys_flag, 0, False, first_id)
@@ -181,7 +193,30 @@ class RemotingTransport(Transport):
         return self.producer.start(item, queue, self.group)
 
     def finish(self, handle: Any, timeout: float) -> Sequence[Any]:
-        return self.producer.finish(handle, timeout)
+        if self.half_properties is None:
+            return self.producer.finish(handle, timeout)
+        return self._finish_run(handle, timeout)
+
+    def _finish_run(self, handle: Any, timeout: float) -> List[HalfSent]:
+        """Every answer of a run of half messages, with its handle. When some are refused,
+        the stored ones are rolled back at once (the pipeline sends the whole run again),
+        rather than left to the brokers' check-back."""
+        address, pending, queue, ids = handle
+        results, failure = collect_half_answers(address, queue.broker_name, pending, ids,
+                                                timeout)
+        accepted = self.options.accept_statuses
+        if failure is None and all(r.status in accepted for r in results):
+            return results
+        if results:
+            try:
+                end_transactions(self.producer.remoting, self.group,
+                                 [r.handle for r in results], Outcome.ROLLBACK)
+            except RocketMQError as exc:
+                log.warning("rolling back %d half messages of a refused run failed (%s); the "
+                            "brokers' check-backs will roll them back", len(results), exc)
+        if failure is not None:
+            raise failure
+        return results
 
 
 def shared_producer(options: SinkOptions) -> Producer:

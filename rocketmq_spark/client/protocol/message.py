@@ -132,6 +132,15 @@ def parse_offset_msg_id(msg_id: str) -> Tuple[str, int]:
     return unpack_host(raw[:-8]), struct.unpack(">q", raw[-8:])[0]
 
 
+def commit_log_offset_of(msg_id: str) -> int:
+    """The commit-log offset in an offset message id (its last 16 hex digits), without
+    decoding the store host."""
+    if len(msg_id) not in (32, 56):
+        raise ValueError(f"offset message id must be 32 or 56 hex characters, got {len(msg_id)}")
+    value = int(msg_id[-16:], 16)
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
 class UniqKeyFactory:
     """Client message ids (UNIQ_KEY): ip(4) + pid(2) + instance(4) + ms this month(4) + counter(2).
 
