@@ -17,7 +17,7 @@ from ..client.pipeline import SEND_OK, SEND_STATUSES
 from ..client.producer import MAX_MESSAGE_SIZE
 from ..client.settings import ConnectionSettings
 from ..options import (
-    OptionError, lower_keys, parse_bool, parse_credentials, parse_int, parse_tls,
+    OptionError, lower_keys, parse_credentials, parse_int, parse_tls,
     reject_unknown,
 )
 

@@ -4,7 +4,7 @@ Spark keeps no Python process of a sink alive for a whole query run (``commit`` 
 worker Spark may stop between micro-batches), so the sink starts this small process from its
 first commit (:func:`.exactly_once.ensure_responder`). It registers the query's producer group
 on every broker (HEART_BEAT), answers CHECK_TRANSACTION_STATE from the commit record
-(:func:`.exactly_once.decide`) and exits when the driver JVM is gone or the query has not
+(:func:`.check_back.decide`) and exits when the driver JVM is gone or the query has not
 committed for longer than the brokers keep asking. One per checkpoint (a file lock).
 Its configuration arrives as JSON on stdin.
 """
@@ -20,7 +20,9 @@ import time
 from ..client.nameserver import NameServerClient
 from ..client.remoting import RemotingClient
 from ..client.transaction import CheckResponder
-from .exactly_once import CommitLog, OpTopic, decide
+from .check_back import decide
+from .commit_record import CommitLog
+from .op_topic import OpTopic
 from .options import parse_sink_options
 
 log = logging.getLogger("rocketmq_spark.sink.responder")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
 import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass

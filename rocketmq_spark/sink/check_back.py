@@ -1,0 +1,56 @@
+"""The answer to a broker's check-back about one of the sink's half messages.
+
+Every half message of an exactlyOnce write carries the query id, the micro-batch id and the
+write token of its task attempt (the properties below); :func:`decide` answers from the commit
+record (see :mod:`.exactly_once` for the whole protocol).
+"""
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+from ..client.transaction import CheckRequest, Outcome
+from .commit_record import CommitLog
+from .op_topic import OpTopic
+
+QUERY_PROPERTY = "SPARK_QUERY_ID"
+BATCH_PROPERTY = "SPARK_BATCH_ID"
+TOKEN_PROPERTY = "SPARK_WRITE_TOKEN"
+# How long after the END_TRANSACTIONs of a batch were sent a check-back about one of its rows
+# is answered UNKNOWN: the broker may still be working through them.
+END_GRACE_SECONDS = 10.0
+
+
+def decide(commit_log: CommitLog, query_id: str, ops: OpTopic, request: CheckRequest,
+           now: Optional[float] = None) -> Outcome:
+    """The answer to a check-back, from the record (see the module's docstring)."""
+    props = request.properties
+    if props.get(QUERY_PROPERTY) != query_id or BATCH_PROPERTY not in props:
+        return Outcome.UNKNOWN  # not this query's (another writer in the group)
+    try:
+        batch_id = int(props[BATCH_PROPERTY])
+    except ValueError:
+        return Outcome.UNKNOWN
+    token = props.get(TOKEN_PROPERTY, "")
+    record = commit_log.committed(batch_id)
+    if record is None:
+        if token in commit_log.aborted_tokens(batch_id):
+            return Outcome.ROLLBACK
+        ids = commit_log.committed_ids()
+        if ids and batch_id < ids[-1]:
+            return Outcome.ROLLBACK  # older than a committed batch: never to be committed
+        return Outcome.UNKNOWN       # maybe still running
+    if token not in record.tokens:
+        return Outcome.ROLLBACK      # a failed or replayed attempt
+    ended = commit_log.ended_at(batch_id)
+    now = time.time() if now is None else now
+    if ended is None or now - ended < END_GRACE_SECONDS:
+        return Outcome.UNKNOWN       # END_TRANSACTIONs being sent (or a restart will settle)
+    original = next((h for h in record.handles if h.uniq_key == request.uniq_key
+                     and h.address == request.address), None)
+    if original is None:
+        original = next((h for h in record.handles if h.uniq_key == request.uniq_key), None)
+    if original is None:
+        return Outcome.UNKNOWN
+    settled = ops.settled(original.address, record.op_start.get(original.address, 0))
+    return Outcome.ROLLBACK if original.queue_offset in settled else Outcome.COMMIT
