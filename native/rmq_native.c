@@ -16,6 +16,8 @@
 
 #include "rmq_pull.h"
 
+int rmq_serve_tx_register(PyObject *module);  /* rmq_serve_tx.c: the embedded broker's tx frames */
+
 #define MAGIC_V1 ((int32_t)0xDAA320A7)
 #define MAGIC_V2 ((int32_t)0xDAA320AB)
 #define MIN_RECORD 91
@@ -493,7 +495,8 @@ PyMODINIT_FUNC PyInit__native(void) {
     crc_detect();
     PyObject *m = PyModule_Create(&module);
     if (m && (rmq_pull_register(m) < 0 || rmq_header_register(m) < 0 ||
-              rmq_serve_register(m) < 0 || rmq_hmac_register(m) < 0)) {
+              rmq_serve_register(m) < 0 || rmq_serve_tx_register(m) < 0 ||
+              rmq_hmac_register(m) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -35,9 +35,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import struct
 import zlib
-from typing import TYPE_CHECKING, Dict, Generator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Generator, List, Optional, Tuple
 
 from ..client.protocol.codes import PERM_READ, PERM_WRITE, RequestCode
 from ..client.protocol.codes import ResponseCode as RC
@@ -108,6 +109,35 @@ def half_properties(properties: Optional[str], topic: str, queue_id: int, cluste
     props[REAL_TOPIC] = topic
     props[REAL_QID] = str(queue_id)
     return hashmap_text(props)
+
+
+def native_tx_answers(broker) -> Optional[Callable[[bytes, str], Tuple[List[bytes], int, int,
+                                                                    int]]]:
+    """The C answer to plain half sends and END_TRANSACTION COMMIT/ROLLBACK
+    (``native/rmq_serve_tx.c``; it stores and answers byte for byte what :func:`handle_send`
+    and :meth:`TransactionService.end_transaction` do, and a test holds them together) for
+    ``broker``, or ``None`` when the accelerator lacks it or ``ROCKETMQ_SPARK_PURE_PYTHON`` is
+    set. The function takes a received chunk and the peer's address and returns the answers
+    to the frames at its start that it took (oneway ones have none), the bytes they used and
+    how many were sends and END_TRANSACTIONs; everything from the first frame it does not take
+    goes the Python way."""
+    try:
+        from .. import _native
+    except ImportError:  # pragma: no cover - depends on the build
+        return None
+    serve = getattr(_native, "serve_tx", None)
+    store, options = getattr(broker, "store", None), getattr(broker, "options", None)
+    if serve is None or store is None or options is None or \
+            not isinstance(getattr(broker, "transactions", None), TransactionService) or \
+            os.environ.get("ROCKETMQ_SPARK_PURE_PYTHON", "") not in ("", "0"):
+        return None
+
+    def answer(data, peer: str):
+        o = broker.options
+        return serve(data, broker.store, broker.long_poll, zlib.crc32, pack_host(broker.addr)[0],
+                     pack_host(peer)[0], o.cluster_name, "true" if o.trace_on else "false",
+                     o.region, o.max_message_size, o.version)
+    return answer
 
 
 def _run_to_end(steps: Generator[None, None, int]) -> int:

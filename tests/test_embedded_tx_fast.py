@@ -1,0 +1,254 @@
+"""The embedded broker's C answer to transactional frames (native/rmq_serve_tx.c) against the
+Python path it stands in for (embedded/send.py, embedded/transactions.py), over real sockets.
+
+One scenario, run twice on a broker with the same port and data directory layout, once with the
+C path and once without: pipelined half sends (JSON and ROCKETMQ headers, several topics and
+queues, tags, keys, user properties, the compressed flag), then pipelined END_TRANSACTION
+frames (commit, rollback, unknown, wrong group, wrong offset, not found, a second commit, two-way
+ones), plain sends and pulls in between, then a check pass. Store time is a counter and the
+client's address is pinned, so both runs must leave the same bytes: the commit log file, every
+consume queue (records, tag codes, store times) and every answer.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import struct
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from rocketmq_spark.client.protocol.frame import FrameDecoder, RemotingCommand, encode_frame
+from rocketmq_spark.client.protocol.message import parse_offset_msg_id
+from rocketmq_spark.embedded import EmbeddedCluster
+
+SEND_V2, PULL, END_TRANSACTION, GET_MAX_OFFSET = 310, 11, 37, 30
+JSON, ROCKETMQ = 0, 1
+COMMIT, ROLLBACK, UNKNOWN = 8, 12, 0
+PEER = "10.1.2.3:4567"  # the client's address as both brokers see it
+TOPICS = {"TxA": 4, "TxB": 2, "TxC": 3}
+
+
+def _frame(code: int, fields: Dict[str, str], body: bytes = b"", ser: int = JSON,
+           oneway: bool = False, opaque: int = 0) -> bytes:
+    cmd = RemotingCommand(code=code, ext_fields=fields, body=body, flag=2 if oneway else 0,
+                          opaque=opaque, language="JAVA", version=399, serialize_type=ser)
+    return encode_frame(cmd)
+
+
+def _half_props(i: int, group: str) -> str:
+    props = f"TRAN_MSG\x01true\x02PGROUP\x01{group}\x02UNIQ_KEY\x01UNIQ{i:028X}\x02"
+    if i % 3 == 0:
+        props += f"TAGS\x01tag{i % 2}\x02"
+    if i % 4 == 1:
+        props += f"KEYS\x01key-{i} other-{i}\x02"
+    if i % 5 == 2:
+        props += f"userProp\x01v{i}\x02zz\x01{'x' * i}\x02"
+    return props + "WAIT\x01true\x02"
+
+
+def _send_fields(i: int, topic: str, queue_id: int, props: str, group: str = "PG1",
+                 sys_flag: int = 0) -> Dict[str, str]:
+    return {"a": group, "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": str(sys_flag),
+            "g": str(1799999990000 + i), "h": str(i % 3), "i": props, "j": "0", "k": "false",
+            "m": "false"}
+
+
+class Conn:
+    """A raw socket: frames out in one write, answers back as their exact bytes."""
+
+    def __init__(self, addr: str):
+        host, port = addr.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+
+    def exchange(self, frames: List[bytes], answers: int, pieces: int = 1) -> List[bytes]:
+        """Send the frames (in ``pieces`` writes cut mid-frame, a moment apart) and read
+        ``answers`` answers."""
+        data = b"".join(frames)
+        cut = len(data) // pieces + 7
+        for at in range(0, len(data), cut):
+            if at:
+                time.sleep(0.05)
+            self.sock.sendall(data[at:at + cut])
+        out = []
+        while len(out) < answers:
+            while len(self.buf) >= 4 and len(self.buf) >= 4 + struct.unpack(">i", self.buf[:4])[0]:
+                n = 4 + struct.unpack(">i", self.buf[:4])[0]
+                out.append(self.buf[:n])
+                self.buf = self.buf[n:]
+            if len(out) < answers:
+                data = self.sock.recv(1 << 20)
+                assert data, "broker closed the connection"
+                self.buf += data
+        return out
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _decode(frame: bytes) -> RemotingCommand:
+    cmds = FrameDecoder().feed(frame)
+    assert len(cmds) == 1
+    return cmds[0]
+
+
+def scenario(data_dir: Path, port: int, fast: bool) -> dict:
+    """Run the scenario on a fresh broker; returns everything it stored and answered."""
+    cluster = EmbeddedCluster(brokers=1, data_dir=data_dir, broker_ports=[port],
+                              transaction_check_interval=3600, transaction_timeout=1)
+    cluster.start()
+    try:
+        broker = cluster._brokers[0]
+        server = broker.server
+        if not fast:
+            server.native_tx = None
+        clock = itertools.count(1800000000000, 7)
+        broker.store.now = lambda: next(clock)
+        for topic, queues in TOPICS.items():
+            cluster.create_topic(topic, queues)
+        conns = [Conn(broker.addr), Conn(broker.addr)]
+        deadline = time.monotonic() + 5
+        while len(server.connections) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        for c in server.connections:
+            c.peer = PEER
+        opaque = itertools.count(1)
+        answers: List[bytes] = []
+
+        # the first half send and END_TRANSACTION create the system topics (Python path)
+        first = conns[0].exchange([_frame(SEND_V2, _send_fields(
+            50, "TxA", 0, _half_props(50, "PG1")), b"first", opaque=next(opaque))], 1)
+        answers += first
+        f = _decode(first[0]).fields
+        answers += conns[0].exchange([_frame(END_TRANSACTION, {
+            "producerGroup": "PG1", "tranStateTableOffset": f["queueOffset"],
+            "commitLogOffset": str(parse_offset_msg_id(f["msgId"])[1]),
+            "commitOrRollback": "8", "msgId": f["msgId"]}, opaque=next(opaque))], 1)
+
+        # half sends, pipelined, both serializations on both connections
+        sends = []
+        for i in range(26):
+            topic = "TxA" if i % 3 else "TxB"
+            qid = i % TOPICS[topic]
+            if i == 25:  # never ended: the real queue is taken (empty) all the same
+                topic, qid = "TxC", 2
+            ser = ROCKETMQ if i % 2 else JSON
+            group = "PG1" if i % 5 else "PG2"
+            sys_flag = 1 if i % 7 == 3 else 0  # the compressed flag (body stored as given)
+            body = (b"\x00body-%d-" % i) * (1 + i % 4)
+            sends.append((i % 2, _frame(SEND_V2, _send_fields(
+                i, topic, qid, _half_props(i, group), group, sys_flag), body, ser,
+                opaque=next(opaque)), group))
+        handles = []
+        for side in (0, 1):
+            mine = [s for s in sends if s[0] == side]
+            got = conns[side].exchange([f for _, f, _ in mine], len(mine), pieces=1 + 2 * side)
+            answers += got
+            for (_, _, group), frame in zip(mine, got):
+                resp = _decode(frame)
+                assert resp.code == 0, resp.remark
+                handles.append({"group": group, "queueOffset": resp.fields["queueOffset"],
+                                "commitLogOffset": parse_offset_msg_id(resp.fields["msgId"])[1],
+                                "msgId": resp.fields["msgId"]})
+
+        def end(h, kind, group=None, oneway=True, ser=JSON, table=None, phys=None):
+            fields = {"producerGroup": group or h["group"],
+                      "tranStateTableOffset": str(h["queueOffset"] if table is None else table),
+                      "commitLogOffset": str(h["commitLogOffset"] if phys is None else phys),
+                      "commitOrRollback": str(kind), "fromTransactionCheck": "false",
+                      "msgId": h["msgId"], "transactionId": h["msgId"]}
+            return _frame(END_TRANSACTION, fields, b"", ser, oneway, next(opaque))
+
+        barrier = lambda ser=JSON: _frame(GET_MAX_OFFSET, {"topic": "TxA", "queueId": "1"},  # noqa: E731
+                                          b"", ser, opaque=next(opaque))
+        # END_TRANSACTION, pipelined: the common ones, a second commit, two-way ones
+        frames = []
+        for n, h in enumerate(handles[:18]):
+            kind = ROLLBACK if n % 6 == 5 else COMMIT
+            frames.append(end(h, kind, ser=ROCKETMQ if n % 2 else JSON))
+        frames.append(end(handles[0], COMMIT))                      # a second commit
+        frames.append(end(handles[20], COMMIT, oneway=False, ser=ROCKETMQ))
+        frames.append(end(handles[21], ROLLBACK, oneway=False))
+        answers += conns[0].exchange(frames, 2)
+        # every unusual kind (the Python path answers them)
+        frames = [end(handles[18], UNKNOWN),                        # nothing happens
+                  end(handles[19], COMMIT, group="OTHER", oneway=False),
+                  end(handles[19], COMMIT, table=999, oneway=False, ser=ROCKETMQ),
+                  end(handles[19], COMMIT, phys=12345, oneway=False),
+                  end(handles[22], 5, oneway=False)]                # commitOrRollback wrong
+        answers += conns[0].exchange(frames, 4)
+        # a chunk the C path starts and Python finishes
+        plain = "TAGS\x01p\x02UNIQ_KEY\x01PLAIN0000\x02WAIT\x01true\x02"
+        frames = [end(handles[23], COMMIT, ser=ROCKETMQ),
+                  _frame(SEND_V2, _send_fields(99, "TxA", 2, plain), b"plain", JSON,
+                         opaque=next(opaque)),
+                  barrier()]
+        answers += conns[0].exchange(frames, 2)
+        # the other connection: the rest, then a pull of what was committed
+        frames = [end(h, COMMIT) for h in handles[19:20]]
+        frames.append(_frame(PULL, {"consumerGroup": "G", "topic": "TxA", "queueId": "1",
+                                    "queueOffset": "0", "maxMsgNums": "32", "sysFlag": "4",
+                                    "commitOffset": "0", "suspendTimeoutMillis": "0",
+                                    "subVersion": "0", "subscription": "*"},
+                             ser=ROCKETMQ, opaque=next(opaque)))
+        frames.append(barrier(ROCKETMQ))
+        answers += conns[1].exchange(frames, 2)
+        asked = cluster.check_transactions()
+        for c in conns:
+            c.close()
+        store = broker.store
+        queues = {f"{t}/{q}": (bytes(cq._buf), list(cq._ends), list(cq._tags), list(cq._times))
+                  for (t, q), cq in sorted(store.queues.items())}
+        stats = dict(getattr(server, "native_tx_stats", {}))
+    finally:
+        cluster.stop()
+    return {"answers": answers, "queues": queues, "asked": asked, "stats": stats,
+            "log": (data_dir / "broker-a" / "commitlog").read_bytes(),
+            "config": (data_dir / "broker-a" / "config.json").read_text()}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _native_tx_available() -> bool:
+    if os.environ.get("ROCKETMQ_SPARK_PURE_PYTHON", "") not in ("", "0"):
+        return False
+    try:
+        from rocketmq_spark import _native
+    except ImportError:
+        return False
+    return hasattr(_native, "serve_tx")
+
+
+@pytest.mark.skipif(not _native_tx_available(), reason="no C path: the extension lacks serve_tx or "
+                    "ROCKETMQ_SPARK_PURE_PYTHON is set")
+def test_c_path_stores_and_answers_what_the_python_path_does(tmp_path):
+    port = _free_port()
+    slow = scenario(tmp_path / "slow", port, fast=False)
+    fast = scenario(tmp_path / "fast", port, fast=True)
+    # the C path really took frames of both kinds (else this test compares Python to itself)
+    assert slow["stats"].get("frames", 0) == 0
+    assert fast["stats"] == {"frames": 49, "sends": 26, "ends": 23}
+    assert [a.hex() for a in fast["answers"]] == [a.hex() for a in slow["answers"]]
+    assert fast["queues"].keys() == slow["queues"].keys()
+    for key in slow["queues"]:
+        assert fast["queues"][key] == slow["queues"][key], key
+    assert fast["log"] == slow["log"]
+    assert fast["config"] == slow["config"]
+    assert fast["asked"] == slow["asked"] == 4  # the half messages nobody ended
+
+
+if __name__ == "__main__":  # python tests/test_embedded_tx_fast.py DIR PORT fast|slow OUT
+    import pickle
+    result = scenario(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "fast")
+    Path(sys.argv[4]).write_bytes(pickle.dumps(result))
