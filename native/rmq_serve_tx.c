@@ -385,7 +385,7 @@ static int32_t props_tag_code(const props_t *m) {
 
 /* What the caller hands over (embedded/transactions.py native_tx_answers). */
 typedef struct {
-    PyObject *store, *topics, *commit_log, *long_poll, *crc32;
+    PyObject *store, *topics, *queues, *commit_log, *long_poll, *crc32;
     const uint8_t *store_host, *born_host;
     Py_ssize_t store_host_len, born_host_len;
     const char *cluster, *trace_on, *region;
@@ -393,13 +393,13 @@ typedef struct {
     int version;
 } ctx_t;
 
-static PyObject *S_now, *S_queue, *S_append, *S_existing, *S_size, *S_max_offset, *S_notify,
+static PyObject *S_now, *S_queue, *S_append, *S_size, *S_notify,
                 *S_perm, *S_rq, *S_wq, *S_filter, *S_first, *S_buf_start, *S_ends, *S_buf;
 
 static int intern_names(void) {
 #define I(var, text) if (!var && !(var = PyUnicode_InternFromString(text))) return -1
     I(S_now, "now"); I(S_queue, "queue"); I(S_append, "append");
-    I(S_existing, "existing_queue"); I(S_size, "size"); I(S_max_offset, "max_offset");
+    I(S_size, "size");
     I(S_notify, "notify_arrival_soon"); I(S_perm, "perm"); I(S_rq, "read_queue_nums");
     I(S_wq, "write_queue_nums"); I(S_filter, "topic_filter_type"); I(S_first, "_first");
     I(S_buf_start, "_buf_start"); I(S_ends, "_ends"); I(S_buf, "_buf");
@@ -424,6 +424,31 @@ static PyObject *topic_config(const ctx_t *c, const uint8_t *t, Py_ssize_t n) {
     return cfg;
 }
 
+/* store.queue(topic, queue_id) (a new reference): found in store.queues, else made by the
+ * store's own method. */
+static PyObject *get_queue(const ctx_t *c, PyObject *topic, PyObject *qid) {
+    PyObject *key = PyTuple_Pack(2, topic, qid);
+    if (!key) return NULL;
+    PyObject *queue = PyDict_GetItemWithError(c->queues, key);
+    Py_DECREF(key);
+    if (queue) { Py_INCREF(queue); return queue; }
+    if (PyErr_Occurred()) return NULL;
+    return PyObject_CallMethodObjArgs(c->store, S_queue, topic, qid, NULL);
+}
+
+/* ConsumeQueue.max_offset: _first + len(_ends). */
+static int queue_max_offset(PyObject *queue, long long *out) {
+    long long first;
+    if (attr_ll(queue, S_first, &first) < 0) return -1;
+    PyObject *ends = PyObject_GetAttr(queue, S_ends);
+    if (!ends) return -1;
+    Py_ssize_t n = PyObject_Length(ends);
+    Py_DECREF(ends);
+    if (n < 0) return -1;
+    *out = first + n;
+    return 0;
+}
+
 /* Store one record in (topic, queue_id) as transactions.py _append / BrokerStore.append do:
  * ``build`` writes the record for (queue offset, physical offset, now) into a new bytes
  * object; *at gets its queue and physical offsets. Returns 0, or -1 with an error set (the
@@ -438,11 +463,11 @@ static int store_record(const ctx_t *c, const char *topic, int64_t queue_id, int
     long long offset, phys, now;
     if (!(topic_o = PyUnicode_FromString(topic)) || !(qid = PyLong_FromLongLong(queue_id)))
         goto done;
-    if (!(queue = PyObject_CallMethodObjArgs(c->store, S_queue, topic_o, qid, NULL))) goto done;
+    if (!(queue = get_queue(c, topic_o, qid))) goto done;
     if (!(now_o = PyObject_CallMethodObjArgs(c->store, S_now, NULL))) goto done;
     now = PyLong_AsLongLong(now_o);
     if (now == -1 && PyErr_Occurred()) goto done;
-    if (attr_ll(queue, S_max_offset, &offset) < 0 || attr_ll(c->commit_log, S_size, &phys) < 0)
+    if (queue_max_offset(queue, &offset) < 0 || attr_ll(c->commit_log, S_size, &phys) < 0)
         goto done;
     at[0] = offset; at[1] = phys;
     if (!(record = build(arg, offset, phys, now))) goto done;
@@ -643,8 +668,11 @@ static PyObject *half_send(const ctx_t *c, const req_t *r, int ser, const uint8_
                 (int32_t)(crc_v & 0x7FFFFFFF), born_ts};
     /* handle_send takes the real queue before it knows the message is a half one: it exists
      * from then on (empty) */
-    PyObject *queue = PyObject_CallMethod(c->store, "queue", "s#L", (const char *)r->v[S_B].p,
-                                          r->v[S_B].n, (long long)qid);
+    PyObject *topic_o = PyUnicode_DecodeASCII((const char *)r->v[S_B].p, r->v[S_B].n, NULL);
+    PyObject *qid_o = topic_o ? PyLong_FromLongLong(qid) : NULL;
+    PyObject *queue = qid_o ? get_queue(c, topic_o, qid_o) : NULL;
+    Py_XDECREF(topic_o);
+    Py_XDECREF(qid_o);
     if (!queue) return NULL;
     Py_DECREF(queue);
     long long at[2];  /* the half's queue offset and commit-log offset */
@@ -674,8 +702,12 @@ static PyObject *half_send(const ctx_t *c, const req_t *r, int ser, const uint8_
 /* The half record stored at commit-log offset phys (transactions.py _half_at: a binary
  * search of the half queue), copied; NULL without an error when there is none. */
 static PyObject *find_half(const ctx_t *c, int64_t phys, int64_t *queue_offset) {
-    PyObject *queue = PyObject_CallMethod(c->store, "existing_queue", "si", HALF_TOPIC, 0);
-    if (!queue || queue == Py_None) { Py_XDECREF(queue); return NULL; }
+    PyObject *key = Py_BuildValue("(si)", HALF_TOPIC, 0);  /* store.existing_queue */
+    if (!key) return NULL;
+    PyObject *queue = PyDict_GetItemWithError(c->queues, key);
+    Py_DECREF(key);
+    if (!queue) return NULL;
+    Py_INCREF(queue);
     PyObject *out = NULL, *ends_o = NULL, *buf_o = NULL;
     Py_buffer ends = {0}, buf = {0};
     int have_ends = 0, have_buf = 0;
@@ -923,7 +955,8 @@ static PyObject *serve_tx(PyObject *self, PyObject *args) {
     if (usable) {
         if (!(c.topics = PyObject_GetAttrString(c.store, "topics"))) goto fail;
         if (!(c.commit_log = PyObject_GetAttrString(c.store, "commit_log"))) goto fail;
-        if (!PyDict_Check(c.topics)) usable = 0;
+        if (!(c.queues = PyObject_GetAttrString(c.store, "queues"))) goto fail;
+        if (!PyDict_Check(c.topics) || !PyDict_Check(c.queues)) usable = 0;
     }
     const uint8_t *d = data.buf;
     while (usable && data.len - pos >= 4) {
@@ -943,12 +976,14 @@ static PyObject *serve_tx(PyObject *self, PyObject *args) {
     }
     Py_XDECREF(c.topics);
     Py_XDECREF(c.commit_log);
+    Py_XDECREF(c.queues);
     PyBuffer_Release(&data);
     return Py_BuildValue("(Nnnn)", answers, pos, counts[0], counts[1]);
 fail:
     Py_XDECREF(answers);
     Py_XDECREF(c.topics);
     Py_XDECREF(c.commit_log);
+    Py_XDECREF(c.queues);
     PyBuffer_Release(&data);
     return NULL;
 }

@@ -166,8 +166,9 @@ def scenario(data_dir: Path, port: int, fast: bool) -> dict:
                       "msgId": h["msgId"], "transactionId": h["msgId"]}
             return _frame(END_TRANSACTION, fields, b"", ser, oneway, next(opaque))
 
-        barrier = lambda ser=JSON: _frame(GET_MAX_OFFSET, {"topic": "TxA", "queueId": "1"},  # noqa: E731
-                                          b"", ser, opaque=next(opaque))
+        def barrier(ser=JSON):  # answered after everything before it
+            return _frame(GET_MAX_OFFSET, {"topic": "TxA", "queueId": "1"}, b"", ser,
+                          opaque=next(opaque))
         # END_TRANSACTION, pipelined: the common ones, a second commit, two-way ones
         frames = []
         for n, h in enumerate(handles[:18]):
