@@ -700,8 +700,10 @@ static PyObject *half_send(const ctx_t *c, const req_t *r, int ser, const uint8_
 /* ---------------------------------------------------------------- END_TRANSACTION */
 
 /* The half record stored at commit-log offset phys (transactions.py _half_at: a binary
- * search of the half queue), copied; NULL without an error when there is none. */
-static PyObject *find_half(const ctx_t *c, int64_t phys, int64_t *queue_offset) {
+ * search of the half queue), copied; NULL without an error when there is none. The record at
+ * queue offset ``hint`` (the request's tranStateTableOffset) is looked at first: commit-log
+ * offsets are unique, so when it matches it is the one the search finds. */
+static PyObject *find_half(const ctx_t *c, int64_t phys, int64_t hint, int64_t *queue_offset) {
     PyObject *key = Py_BuildValue("(si)", HALF_TOPIC, 0);  /* store.existing_queue */
     if (!key) return NULL;
     PyObject *queue = PyDict_GetItemWithError(c->queues, key);
@@ -722,9 +724,11 @@ static PyObject *find_half(const ctx_t *c, int64_t phys, int64_t *queue_offset) 
     if (ends.itemsize != 8 || !ends.format || strcmp(ends.format, "q") != 0) goto done;
     const int64_t *e = ends.buf;
     const uint8_t *b = buf.buf;
-    Py_ssize_t lo = 0, hi = ends.len / 8;
+    Py_ssize_t lo = 0, hi = ends.len / 8, probe = -1;
+    if (hint >= first && hint - first < hi) probe = (Py_ssize_t)(hint - first);
     while (lo < hi) {
-        Py_ssize_t mid = (lo + hi) / 2;
+        Py_ssize_t mid = probe >= 0 ? probe : (lo + hi) / 2;
+        probe = -1;
         int64_t start = (mid ? e[mid - 1] : base) - base, stop = e[mid] - base;
         if (start < 0 || stop > buf.len || stop - start < 36) goto done;
         int64_t at = ((int64_t)(uint32_t)rd32(b + start + 28) << 32) |
@@ -851,7 +855,7 @@ static PyObject *end_transaction(const ctx_t *c, const req_t *r, int ser) {
     if (kind != TX_COMMIT && kind != TX_ROLLBACK) return NULL;
     PyObject *op_cfg = topic_config(c, (const uint8_t *)OP_TOPIC, strlen(OP_TOPIC));
     if (!op_cfg) return NULL;
-    PyObject *half = find_half(c, phys, &queue_offset);
+    PyObject *half = find_half(c, phys, table, &queue_offset);
     if (!half) return NULL;
     PyObject *out = NULL;
     const uint8_t *h = (const uint8_t *)PyBytes_AS_STRING(half);
