@@ -29,7 +29,9 @@ from .errors import (
     BrokerUnavailable, ClientClosed, ProtocolError, RemotingConnectionError, RequestTimeout,
 )
 from .protocol.codes import FLAG_ONEWAY, ResponseCode, SerializeType, code_name
-from .protocol.frame import FrameDecoder, RemotingCommand, decode_payload, encode_frame
+from .protocol.frame import (
+    FLAG_RESPONSE, FrameDecoder, RemotingCommand, decode_payload, encode_frame,
+)
 from .protocol.route import split_address
 from .protocol.sniff import foreign_protocol, foreign_protocol_message
 
@@ -539,24 +541,30 @@ class Connection:
 
     def _dispatch(self, commands: List[RemotingCommand]) -> None:
         """Hand responses to their futures (or to the native loop that sent the request) and
-        answer the peer's requests."""
+        answer the peer's requests. The futures of a whole read are completed under one
+        acquisition of the lock (a run of pipelined requests is answered in one read)."""
+        unclaimed: List[RemotingCommand] = []
         completed = False
-        for cmd in commands:
-            if cmd.is_response:
-                with self._cond:
-                    waiting = self._pending.pop(cmd.opaque, None)
+        with self._cond:
+            pending = self._pending
+            for cmd in commands:
+                if cmd.flag & FLAG_RESPONSE:
+                    waiting = pending.pop(cmd.opaque, None)
                     if waiting is not None:
                         waiting.response = cmd
                         waiting.done = True
                         completed = True
-                if waiting is None and not self._offer(cmd):
+                        continue
+                unclaimed.append(cmd)
+            if completed:
+                self._cond.notify_all()
+        for cmd in unclaimed:
+            if cmd.flag & FLAG_RESPONSE:
+                if not self._offer(cmd):
                     log.debug("dropping late response %s from %s", cmd.describe(),
                               self.address)
             else:
                 self._serve_peer_request(cmd)
-        if completed:
-            with self._cond:
-                self._cond.notify_all()
 
     def _offer(self, cmd: RemotingCommand) -> bool:
         """Give a response nobody waits for to the native loops of this connection: it may

@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from .broker import SEND_STATUS_OF_CODE, BrokerClient, _cmd
 from .connection import Connection, ResponseFuture
@@ -69,9 +69,9 @@ def half_properties(group: str) -> Dict[str, str]:
     return {TRAN_MSG: "true", PGROUP: group}
 
 
-@dataclass(frozen=True)
-class HalfHandle:
-    """What END_TRANSACTION needs about one stored half message.
+class HalfHandle(NamedTuple):
+    """What END_TRANSACTION needs about one stored half message (a tuple: a task returns
+    one per row, so it must be cheap to make and to pickle).
 
     ``queue_offset``: its offset in the half topic (``tranStateTableOffset``);
     ``commit_log_offset``: where the broker stored it (from the broker's message id);
@@ -86,11 +86,11 @@ class HalfHandle:
     transaction_id: str = ""
 
     def to_tuple(self) -> Tuple[str, str, str, int, int, str]:
-        return (self.broker_name, self.address, self.uniq_key, self.queue_offset,
-                self.commit_log_offset, self.transaction_id)
+        return tuple.__new__(tuple, self)
 
     @classmethod
     def from_tuple(cls, t: Sequence) -> "HalfHandle":
+        """From a tuple as :meth:`to_tuple` or a JSON record gives it (types checked)."""
         return cls(str(t[0]), str(t[1]), str(t[2]), int(t[3]), int(t[4]), str(t[5]))
 
 
@@ -103,8 +103,7 @@ def handle_from_send(broker_name: str, address: str, uniq_key: str, offset_msg_i
                       transaction_id or uniq_key)
 
 
-@dataclass(frozen=True)
-class HalfSent:
+class HalfSent(NamedTuple):
     """A half message the broker stored: its send status and what END_TRANSACTION needs."""
 
     status: str

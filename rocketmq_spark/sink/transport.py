@@ -49,7 +49,7 @@ ZLIB_LEVEL = 5  # Java's producer compresses with level 5
 ENTRY_OVERHEAD = ENTRY_HEAD_BYTES + 2  # a batch entry's fixed part
 # exactlyOnce: half messages written to a queue together (each its own request: brokers
 # refuse transactional messages in a batch), so a row costs no system call of its own.
-HALF_RUN_ROWS = 128
+HALF_RUN_ROWS = 512
 
 
 @dataclass

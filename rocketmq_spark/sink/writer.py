@@ -68,7 +68,7 @@ def _half_properties(group: str, scope: str, batch_id: int) -> dict:
 
 
 def _handles(messages: List[Optional[WriterCommitMessage]]) -> List[HalfHandle]:
-    return [HalfHandle.from_tuple(t) for m in messages if isinstance(m, SinkCommit)
+    return [HalfHandle._make(t) for m in messages if isinstance(m, SinkCommit)
             for t in m.summary.handles]
 
 
