@@ -7,6 +7,10 @@
  * decode_binary_header() returns None for anything it does not accept (lengths that do not
  * add up, invalid UTF-8), and the Python decoder then reports the exact fault, so both give the
  * same answer for every input (tests hold them against each other).
+ * split_frames() does the same for whole frames of a stream, for FrameDecoder.feed: it builds
+ * the commands of the leading well-formed ROCKETMQ frames and stops at anything else (a JSON
+ * header, an incomplete or malformed frame), which the Python path then decodes or rejects
+ * (tests/test_frame_split_native.py feeds the same streams to both).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -20,13 +24,12 @@ static PyObject *utf8(const uint8_t *p, Py_ssize_t n) {
     return PyUnicode_DecodeUTF8((const char *)p, n, NULL);
 }
 
-/* decode_binary_header(header) -> (code, language, version, opaque, flag, remark, ext) | None */
-static PyObject *decode_binary_header(PyObject *self, PyObject *args) {
-    Py_buffer b;
-    if (!PyArg_ParseTuple(args, "y*", &b)) return NULL;
-    const uint8_t *h = b.buf;
-    Py_ssize_t n = b.len, pos = 13;
-    PyObject *remark = NULL, *ext = NULL, *out = NULL;
+/* The remark and ext of a binary header: 0 when it is well formed, 1 when it is not (lengths
+ * that do not add up, invalid UTF-8: the Python decoder names the fault), -1 on a Python error. */
+static int header_fields(const uint8_t *h, Py_ssize_t n, PyObject **remark_out,
+                         PyObject **ext_out) {
+    Py_ssize_t pos = 13;
+    PyObject *remark = NULL, *ext = NULL;
     if (n < 21) goto reject;
     int32_t rl = rd32(h + pos);
     pos += 4;
@@ -60,20 +63,143 @@ static PyObject *decode_binary_header(PyObject *self, PyObject *args) {
         if (rc < 0) goto fail;
         pos += 4 + vl;
     }
-    out = Py_BuildValue("(iiiiiNN)", (int)rd16(h), (int)h[2], (int)rd16(h + 3), (int)rd32(h + 5),
-                        (int)rd32(h + 9), remark, ext);
-    PyBuffer_Release(&b);
-    return out;
+    *remark_out = remark;
+    *ext_out = ext;
+    return 0;
 reject:
     if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto fail;
     PyErr_Clear();
     Py_XDECREF(remark);
     Py_XDECREF(ext);
-    PyBuffer_Release(&b);
-    Py_RETURN_NONE;
+    return 1;
 fail:
     Py_XDECREF(remark);
     Py_XDECREF(ext);
+    return -1;
+}
+
+/* decode_binary_header(header) -> (code, language, version, opaque, flag, remark, ext) | None */
+static PyObject *decode_binary_header(PyObject *self, PyObject *args) {
+    Py_buffer b;
+    if (!PyArg_ParseTuple(args, "y*", &b)) return NULL;
+    const uint8_t *h = b.buf;
+    PyObject *remark, *ext, *out = NULL;
+    int rc = header_fields(h, b.len, &remark, &ext);
+    if (rc == 0)
+        out = Py_BuildValue("(iiiiiNN)", (int)rd16(h), (int)h[2], (int)rd16(h + 3),
+                            (int)rd32(h + 5), (int)rd32(h + 9), remark, ext);
+    else if (rc == 1) {
+        out = Py_None;
+        Py_INCREF(out);
+    }
+    PyBuffer_Release(&b);
+    return out;
+}
+
+/* ---- whole frames, for FrameDecoder.feed (frame.py) */
+
+/* set by frame_setup(): the command class, the language names, SerializeType.ROCKETMQ */
+static PyObject *F_cls, *F_langs, *F_ser, *F_other, *F_empty;
+enum { A_CODE, A_EXT, A_BODY, A_FLAG, A_OPAQUE, A_LANGUAGE, A_VERSION, A_REMARK, A_SER, NATTR };
+static const char *ATTR_NAMES[NATTR] = {"code", "ext_fields", "body", "flag", "opaque",
+                                        "language", "version", "remark", "serialize_type"};
+static PyObject *F_attr[NATTR];
+
+/* frame_setup(command_class, languages, rocketmq_serialize_type) */
+static PyObject *frame_setup(PyObject *self, PyObject *args) {
+    PyObject *cls, *langs, *ser;
+    if (!PyArg_ParseTuple(args, "O!O!O", &PyType_Type, &cls, &PyTuple_Type, &langs, &ser))
+        return NULL;
+    if (!F_empty) {
+        if (!(F_empty = PyTuple_New(0)) || !(F_other = PyUnicode_InternFromString("OTHER")))
+            return NULL;
+        for (int i = 0; i < NATTR; i++)
+            if (!(F_attr[i] = PyUnicode_InternFromString(ATTR_NAMES[i]))) return NULL;
+    }
+    Py_INCREF(cls); Py_XSETREF(F_cls, cls);
+    Py_INCREF(langs); Py_XSETREF(F_langs, langs);
+    Py_INCREF(ser); Py_XSETREF(F_ser, ser);
+    Py_RETURN_NONE;
+}
+
+/* A command object with its fields set in the order of the dataclass's __init__ (no Python
+ * code runs: the class has neither __post_init__ nor __setattr__). Steals remark, ext, body. */
+static PyObject *make_command(const uint8_t *h, PyObject *remark, PyObject *ext, PyObject *body) {
+    PyTypeObject *t = (PyTypeObject *)F_cls;
+    PyObject *v[NATTR] = {NULL};
+    PyObject *cmd = NULL;
+    int lang = h[2];
+    v[A_CODE] = PyLong_FromLong(rd16(h));
+    v[A_EXT] = ext;
+    v[A_BODY] = body;
+    v[A_FLAG] = PyLong_FromLong(rd32(h + 9));
+    v[A_OPAQUE] = PyLong_FromLong(rd32(h + 5));
+    v[A_LANGUAGE] = lang < PyTuple_GET_SIZE(F_langs) ? PyTuple_GET_ITEM(F_langs, lang) : F_other;
+    Py_INCREF(v[A_LANGUAGE]);
+    v[A_VERSION] = PyLong_FromLong(rd16(h + 3));
+    v[A_REMARK] = remark;
+    v[A_SER] = F_ser;
+    Py_INCREF(F_ser);
+    for (int i = 0; i < NATTR; i++)
+        if (!v[i]) goto done;
+    if (!(cmd = t->tp_new(t, F_empty, NULL))) goto done;
+    for (int i = 0; i < NATTR; i++) {
+        if (PyObject_SetAttr(cmd, F_attr[i], v[i]) < 0) {
+            Py_CLEAR(cmd);
+            break;
+        }
+    }
+done:
+    for (int i = 0; i < NATTR; i++) Py_XDECREF(v[i]);
+    return cmd;
+}
+
+/* split_frames(buffer, start, max_frame) -> (commands, bytes consumed)
+ * The leading complete frames of buffer[start:] with well-formed ROCKETMQ headers. It stops at
+ * anything else (a JSON header, an incomplete frame, any fault): FrameDecoder's Python path
+ * takes it from there and decodes it or raises its ProtocolError. */
+static PyObject *split_frames(PyObject *self, PyObject *args) {
+    Py_buffer b;
+    Py_ssize_t start, max_frame;
+    if (!PyArg_ParseTuple(args, "y*nn", &b, &start, &max_frame)) return NULL;
+    if (!F_cls) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_RuntimeError, "frame_setup() has not been called");
+        return NULL;
+    }
+    const uint8_t *d = b.buf;
+    Py_ssize_t end = b.len, pos = start < 0 ? end : start;
+    PyObject *out = PyList_New(0);
+    if (!out) goto fail;
+    while (end - pos >= 4) {
+        int64_t length = (uint32_t)rd32(d + pos);
+        if (length + 4 > (int64_t)max_frame || length < 4 || end - pos - 4 < length) break;
+        uint32_t word = (uint32_t)rd32(d + pos + 4);
+        int64_t hlen = word & 0xFFFFFF;
+        if ((word >> 24) != 1 || 4 + hlen > length) break;
+        const uint8_t *h = d + pos + 8;
+        PyObject *remark, *ext;
+        int rc = header_fields(h, (Py_ssize_t)hlen, &remark, &ext);
+        if (rc < 0) goto fail;
+        if (rc) break;
+        PyObject *body = PyBytes_FromStringAndSize((const char *)h + hlen,
+                                                   (Py_ssize_t)(length - 4 - hlen));
+        if (!body) {
+            Py_DECREF(remark);
+            Py_DECREF(ext);
+            goto fail;
+        }
+        PyObject *cmd = make_command(h, remark, ext, body);
+        if (!cmd) goto fail;
+        rc = PyList_Append(out, cmd);
+        Py_DECREF(cmd);
+        if (rc < 0) goto fail;
+        pos += 4 + (Py_ssize_t)length;
+    }
+    PyBuffer_Release(&b);
+    return Py_BuildValue("(Nn)", out, start < 0 ? 0 : pos - start);
+fail:
+    Py_XDECREF(out);
     PyBuffer_Release(&b);
     return NULL;
 }
@@ -148,6 +274,11 @@ static PyMethodDef header_functions[] = {
      "None if it is malformed."},
     {"encode_binary_header", encode_binary_header, METH_VARARGS,
      "Encode a ROCKETMQ binary header."},
+    {"frame_setup", frame_setup, METH_VARARGS,
+     "frame_setup(command_class, languages, rocketmq_serialize_type): what split_frames builds."},
+    {"split_frames", split_frames, METH_VARARGS,
+     "split_frames(buffer, start, max_frame) -> (commands, consumed): the leading complete "
+     "frames with well-formed ROCKETMQ headers; stops at anything else."},
     {NULL, NULL, 0, NULL},
 };
 

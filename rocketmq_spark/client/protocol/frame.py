@@ -8,6 +8,7 @@ counts everything after itself.
 from __future__ import annotations
 
 import json
+import os
 import struct
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
@@ -23,6 +24,9 @@ try:  # the optional C accelerator: the binary header codec (native/rmq_header.c
     _native_codec = _native if hasattr(_native, "decode_binary_header") else None
 except ImportError:  # pragma: no cover - depends on the build
     _native_codec = None
+# FrameDecoder's C splitter (native/rmq_header.c split_frames): set below, once the command
+# class exists; None without it (an older build, or ROCKETMQ_SPARK_PURE_PYTHON set).
+_native_split = None
 
 _INT = struct.Struct(">i")
 _UINT = struct.Struct(">I")
@@ -341,8 +345,19 @@ class FrameDecoder:
         pos = 0
         end = len(buf)
         view = memoryview(buf)  # slices of it are copied once, into the header and the body
+        split = _native_split
         try:
             while end - pos >= 4:
+                if split is not None:
+                    # the C splitter takes the leading ROCKETMQ frames and stops at anything
+                    # else (a JSON header, an incomplete or malformed frame): that is decoded or
+                    # rejected below, and the splitter tries again after it
+                    got, used = split(buf, pos, self._max)
+                    if used:
+                        out += got
+                        pos += used
+                        if end - pos < 4:
+                            break
                 length = _UINT.unpack_from(buf, pos)[0]
                 if length + 4 > self._max or length < 4:
                     raise ProtocolError(f"frame length {length} is outside "
@@ -380,3 +395,9 @@ class FrameDecoder:
     def skip(self, consumed: int) -> None:
         """Count ``consumed`` bytes another reader framed, so error positions stay right."""
         self.stream_offset += consumed
+
+
+if _native_codec is not None and hasattr(_native_codec, "split_frames") and \
+        os.environ.get("ROCKETMQ_SPARK_PURE_PYTHON", "") in ("", "0"):
+    _native_codec.frame_setup(RemotingCommand, tuple(LANGUAGES), SerializeType.ROCKETMQ)
+    _native_split = _native_codec.split_frames
