@@ -17,8 +17,8 @@
 #include <string.h>
 
 #include "rmq_bytes.h"
-#include "rmq_json.h"
 #include "rmq_pull.h"
+#include "rmq_reqhdr.h"
 
 #define PERM_READ 4
 #define FLAG_SUSPEND 0x2
@@ -52,36 +52,20 @@ static void keep(req_t *r, const uint8_t *k, Py_ssize_t kl, const uint8_t *v, Py
     }
 }
 
+/* ---- the header walkers (rmq_reqhdr.h), keeping request fields */
+
+static int keep_ext(void *ctx, const uint8_t *k, Py_ssize_t kl, int kesc, const uint8_t *v,
+                    Py_ssize_t vl, int vstr, int vesc) {
+    /* a JSON number is its text to Python; true/false/null/objects are not what this path
+     * takes; an escaped key is not one of ours */
+    int plain = vstr ? !vesc : vl > 0 && (v[0] == '-' || (v[0] >= '0' && v[0] <= '9'));
+    if (!kesc) keep((req_t *)ctx, k, kl, v, vl, plain);
+    return 0;
+}
+
 static int read_binary(const uint8_t *h, Py_ssize_t n, req_t *r) {
-    if (n < 21) return -1;
-    r->code = rd16(h); r->have_code = 1;
-    r->opaque = rd32(h + 5); r->have_opaque = 1;
-    r->flag = rd32(h + 9); r->have_flag = 1;
-    Py_ssize_t pos = 13;
-    int32_t rl = rd32(h + pos);
-    pos += 4;
-    if (rl < 0 || pos + rl + 4 > n) return -1;
-    for (Py_ssize_t c = pos; c < pos + rl; c++)
-        if (h[c] >= 0x80) return -1;  /* plain ASCII only: Python checks the UTF-8 */
-    pos += rl;
-    int32_t el = rd32(h + pos);
-    pos += 4;
-    if (el < 0 || pos + el != n) return -1;
-    while (pos < n) {
-        if (pos + 2 > n) return -1;
-        int16_t kl = rd16(h + pos);
-        if (kl < 0 || pos + 2 + kl + 4 > n) return -1;
-        const uint8_t *k = h + pos + 2;
-        pos += 2 + kl;
-        int32_t vl = rd32(h + pos);
-        if (vl < 0 || pos + 4 + vl > n) return -1;
-        for (Py_ssize_t c = 0; c < kl; c++)
-            if (k[c] >= 0x80) return -1;
-        for (Py_ssize_t c = 0; c < vl; c++)
-            if (h[pos + 4 + c] >= 0x80) return -1;
-        keep(r, k, kl, h + pos + 4, vl, 1);
-        pos += 4 + vl;
-    }
+    if (hdr_read_binary(h, n, &r->code, &r->opaque, &r->flag, keep_ext, r) < 0) return -1;
+    r->have_code = r->have_opaque = r->have_flag = 1;
     return 0;
 }
 
@@ -100,78 +84,27 @@ static int small_int(const uint8_t *p, Py_ssize_t n, int32_t *out) {
     return 0;
 }
 
-static int read_json(const uint8_t *p, Py_ssize_t n, req_t *r) {
-    const uint8_t *e = p + n;
-    int ext_seen = 0;
-    if (n >= 3 && p[0] == 0xEF && p[1] == 0xBB && p[2] == 0xBF) p += 3;
-    p = ws(p, e);
-    if (p >= e || *p != '{') return -1;
-    p = ws(p + 1, e);
-    if (p < e && *p == '}') return -1;
-    for (;;) {
-        const uint8_t *k; Py_ssize_t kl; int esc;
-        if (!(p = jstring(ws(p, e), e, &k, &kl, &esc)) || esc) return -1;
-        p = ws(p, e);
-        if (p >= e || *p != ':') return -1;
-        p = ws(p + 1, e);
-        const uint8_t *v = p;
-        if (kl == 9 && memcmp(k, "extFields", 9) == 0) {
-            if (p >= e || *p != '{' || ext_seen++) return -1;
-            p = ws(p + 1, e);
-            if (p < e && *p == '}') p++;
-            else for (;;) {
-                const uint8_t *fk, *fv; Py_ssize_t fkl, fvl; int fesc, vesc = 0, plain = 1;
-                if (!(p = jstring(ws(p, e), e, &fk, &fkl, &fesc))) return -1;
-                p = ws(p, e);
-                if (p >= e || *p != ':') return -1;
-                p = ws(p + 1, e);
-                if (p < e && *p == '"') {
-                    if (!(p = jstring(p, e, &fv, &fvl, &vesc))) return -1;
-                    plain = !vesc;
-                } else {
-                    fv = p;
-                    if (!(p = jskip(p, e, 1))) return -1;
-                    fvl = p - fv;
-                    /* a JSON number is its text to Python; true/false/null/objects are not
-                     * what this path takes */
-                    plain = fvl > 0 && (fv[0] == '-' || (fv[0] >= '0' && fv[0] <= '9'));
-                }
-                if (!fesc) keep(r, fk, fkl, fv, fvl, plain);
-                p = ws(p, e);
-                if (p < e && *p == ',') { p++; continue; }
-                if (p < e && *p == '}') { p++; break; }
-                return -1;
-            }
-        } else {
-            if (!(p = jskip(p, e, 1))) return -1;
-            int32_t x;
-            int is = (v < e && (*v == '-' || (*v >= '0' && *v <= '9'))) &&
-                     small_int(v, p - v, &x) == 0;
-            if (kl == 4 && memcmp(k, "code", 4) == 0) { if (!is) return -1; r->code = x; r->have_code = 1; }
-            else if (kl == 4 && memcmp(k, "flag", 4) == 0) { if (!is) return -1; r->flag = x; r->have_flag = 1; }
-            else if (kl == 6 && memcmp(k, "opaque", 6) == 0) {
-                /* opaques go up to 2^31 - 1: ten digits */
-                Py_ssize_t l = p - v;
-                int64_t big = 0;
-                int neg = l && v[0] == '-';
-                if (l - neg < 1 || l - neg > 10) return -1;
-                for (Py_ssize_t i = neg; i < l; i++) {
-                    if (v[i] < '0' || v[i] > '9') return -1;
-                    big = big * 10 + (v[i] - '0');
-                }
-                if (neg) big = -big;
-                if (big < INT32_MIN || big > INT32_MAX) return -1;
-                r->opaque = (int32_t)big;
-                r->have_opaque = 1;
-            }
-        }
-        p = ws(p, e);
-        if (p < e && *p == ',') { p++; continue; }
-        if (p < e && *p == '}') { p++; break; }
-        return -1;
+static int keep_top(void *ctx, const uint8_t *k, Py_ssize_t kl, const uint8_t *v,
+                    Py_ssize_t vl) {
+    req_t *r = ctx;
+    int32_t x;
+    int is = (vl > 0 && (*v == '-' || (*v >= '0' && *v <= '9'))) && small_int(v, vl, &x) == 0;
+    if (kl == 4 && memcmp(k, "code", 4) == 0) {
+        if (!is) return -1;
+        r->code = x; r->have_code = 1;
+    } else if (kl == 4 && memcmp(k, "flag", 4) == 0) {
+        if (!is) return -1;
+        r->flag = x; r->have_flag = 1;
+    } else if (kl == 6 && memcmp(k, "opaque", 6) == 0) {
+        /* opaques go up to 2^31 - 1: ten digits */
+        if (hdr_json_int32(v, vl, &r->opaque) < 0) return -1;
+        r->have_opaque = 1;
     }
-    if (ws(p, e) != e) return -1;
     return 0;
+}
+
+static int read_json(const uint8_t *p, Py_ssize_t n, req_t *r) {
+    return hdr_read_json(p, n, keep_top, keep_ext, r);
 }
 
 /* A header number as Java's parser and ours both read it: plain digits only here. */

@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "rmq_bytes.h"
-#include "rmq_json.h"
+#include "rmq_reqhdr.h"
 
 #define MAX_FRAME (16 * 1024 * 1024)
 #define FLAG_RESPONSE 1
@@ -86,55 +86,6 @@ static void keep(req_t *r, const uint8_t *k, Py_ssize_t kl, const uint8_t *v, Py
     }
 }
 
-static int ascii(const uint8_t *p, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (p[i] >= 0x80) return 0;
-    return 1;
-}
-
-/* The ROCKETMQ binary header (frame.py decode_binary_header); ASCII text only. */
-static int read_binary(const uint8_t *h, Py_ssize_t n, req_t *r) {
-    if (n < 21) return -1;
-    r->code = rd16(h); r->have_code = 1;
-    r->opaque = rd32(h + 5);
-    r->flag = rd32(h + 9);
-    Py_ssize_t pos = 13;
-    int32_t rl = rd32(h + pos);
-    pos += 4;
-    if (rl < 0 || pos + rl + 4 > n || !ascii(h + pos, rl)) return -1;
-    pos += rl;
-    int32_t el = rd32(h + pos);
-    pos += 4;
-    if (el < 0 || pos + el != n) return -1;
-    while (pos < n) {
-        if (pos + 2 > n) return -1;
-        int16_t kl = rd16(h + pos);
-        if (kl < 0 || pos + 2 + kl + 4 > n) return -1;
-        const uint8_t *k = h + pos + 2;
-        pos += 2 + kl;
-        int32_t vl = rd32(h + pos);
-        if (vl < 0 || pos + 4 + vl > n || !ascii(k, kl) || !ascii(h + pos + 4, vl)) return -1;
-        keep(r, k, kl, h + pos + 4, vl);
-        pos += 4 + vl;
-    }
-    return 0;
-}
-
-/* A JSON integer that fits 32 bits (frame.py _json_int); -1 when it is anything else. */
-static int json_int32(const uint8_t *v, Py_ssize_t l, int32_t *out) {
-    int neg = l > 0 && v[0] == '-';
-    if (l - neg < 1 || l - neg > 10) return -1;
-    int64_t x = 0;
-    for (Py_ssize_t i = neg; i < l; i++) {
-        if (v[i] < '0' || v[i] > '9') return -1;
-        x = x * 10 + (v[i] - '0');
-    }
-    if (neg) x = -x;
-    if (x < INT32_MIN || x > INT32_MAX) return -1;
-    *out = (int32_t)x;
-    return 0;
-}
-
 static int hex4(const uint8_t *p, unsigned *out) {
     unsigned v = 0;
     for (int i = 0; i < 4; i++) {
@@ -181,73 +132,50 @@ static int unescape(req_t *r, const uint8_t *p, Py_ssize_t n, const uint8_t **ou
     return 0;
 }
 
-/* fastjson's flat header (frame.py decode_json_header): extFields values must be strings
- * (escapes of ASCII characters allowed); code/flag/opaque/version 32-bit integers; remark a
- * string or null. */
-static int read_ext(const uint8_t *p, const uint8_t *e, req_t *r, const uint8_t **after) {
-    if (p >= e || *p != '{') return -1;
-    p = ws(p + 1, e);
-    if (p < e && *p == '}') { *after = p + 1; return 0; }
-    for (;;) {
-        const uint8_t *k, *v; Py_ssize_t kl, vl; int kesc, vesc;
-        if (!(p = jstring(ws(p, e), e, &k, &kl, &kesc)) || kesc) return -1;
-        p = ws(p, e);
-        if (p >= e || *p != ':') return -1;
-        p = ws(p + 1, e);
-        if (!(p = jstring(p, e, &v, &vl, &vesc))) return -1;
-        if (vesc && unescape(r, v, vl, &v, &vl) < 0) return -1;
-        keep(r, k, kl, v, vl);
-        p = ws(p, e);
-        if (p < e && *p == ',') { p++; continue; }
-        if (p < e && *p == '}') { *after = p + 1; return 0; }
-        return -1;
+/* The header walkers (rmq_reqhdr.h). fastjson's flat header (frame.py decode_json_header):
+ * extFields values must be strings (escapes of ASCII characters allowed); code/flag/opaque/
+ * version 32-bit integers; remark a string or null. */
+static int keep_ext(void *ctx, const uint8_t *k, Py_ssize_t kl, int kesc, const uint8_t *v,
+                    Py_ssize_t vl, int vstr, int vesc) {
+    req_t *r = ctx;
+    if (kesc || !vstr) return -1;
+    if (vesc && unescape(r, v, vl, &v, &vl) < 0) return -1;
+    keep(r, k, kl, v, vl);
+    return 0;
+}
+
+static int keep_top(void *ctx, const uint8_t *k, Py_ssize_t kl, const uint8_t *v,
+                    Py_ssize_t vl) {
+    req_t *r = ctx;
+    int32_t x;
+    int is = hdr_json_int32(v, vl, &x) == 0;
+    if (kl == 4 && memcmp(k, "code", 4) == 0) {
+        if (!is) return -1;
+        r->code = x; r->have_code = 1;
+    } else if (kl == 4 && memcmp(k, "flag", 4) == 0) {
+        if (!is) return -1;
+        r->flag = x;
+    } else if (kl == 6 && memcmp(k, "opaque", 6) == 0) {
+        if (!is) return -1;
+        r->opaque = x;
+    } else if (kl == 7 && memcmp(k, "version", 7) == 0) {
+        if (!is) return -1;
+    } else if (kl == 6 && memcmp(k, "remark", 6) == 0) {
+        if (*v != '"' && !(vl == 4 && memcmp(v, "null", 4) == 0)) return -1;
     }
+    return 0;
+}
+
+/* The ROCKETMQ binary header (frame.py decode_binary_header); ASCII text only. */
+static int read_binary(const uint8_t *h, Py_ssize_t n, req_t *r) {
+    if (hdr_read_binary(h, n, &r->code, &r->opaque, &r->flag, keep_ext, r) < 0) return -1;
+    r->have_code = 1;
+    return 0;
 }
 
 static int read_json(const uint8_t *p, Py_ssize_t n, req_t *r) {
-    const uint8_t *e = p + n;
-    int ext_seen = 0;
-    if (!ascii(p, n)) return -1;
-    p = ws(p, e);
-    if (p >= e || *p != '{') return -1;
-    p = ws(p + 1, e);
-    if (p < e && *p == '}') return -1;
     r->flag = 0; r->opaque = 0;
-    for (;;) {
-        const uint8_t *k; Py_ssize_t kl; int esc;
-        if (!(p = jstring(ws(p, e), e, &k, &kl, &esc)) || esc) return -1;
-        p = ws(p, e);
-        if (p >= e || *p != ':') return -1;
-        p = ws(p + 1, e);
-        const uint8_t *v = p;
-        if (kl == 9 && memcmp(k, "extFields", 9) == 0) {
-            if (ext_seen++ || read_ext(p, e, r, &p) < 0) return -1;
-        } else {
-            if (!(p = jskip(p, e, 1))) return -1;
-            int32_t x;
-            int is = json_int32(v, p - v, &x) == 0;
-            if (kl == 4 && memcmp(k, "code", 4) == 0) {
-                if (!is) return -1;
-                r->code = x; r->have_code = 1;
-            } else if (kl == 4 && memcmp(k, "flag", 4) == 0) {
-                if (!is) return -1;
-                r->flag = x;
-            } else if (kl == 6 && memcmp(k, "opaque", 6) == 0) {
-                if (!is) return -1;
-                r->opaque = x;
-            } else if (kl == 7 && memcmp(k, "version", 7) == 0) {
-                if (!is) return -1;
-            } else if (kl == 6 && memcmp(k, "remark", 6) == 0) {
-                if (*v != '"' && !(p - v == 4 && memcmp(v, "null", 4) == 0)) return -1;
-            }
-        }
-        p = ws(p, e);
-        if (p < e && *p == ',') { p++; continue; }
-        if (p < e && *p == '}') { p++; break; }
-        return -1;
-    }
-    if (ws(p, e) != e) return -1;
-    return 0;
+    return hdr_read_json(p, n, keep_top, keep_ext, r);
 }
 
 /* Java's parseInt / parseLong as headers.py reads them: optional sign, ASCII digits, in
@@ -862,7 +790,8 @@ static PyObject *end_transaction(const ctx_t *c, const req_t *r, int ser) {
     layout_t l;
     props_t m;
     long long at[2];
-    if (layout_of(h, PyBytes_GET_SIZE(half), &l) < 0 || !ascii(h + l.props_pos, l.props_len) ||
+    if (layout_of(h, PyBytes_GET_SIZE(half), &l) < 0 ||
+        !hdr_ascii(h + l.props_pos, l.props_len) ||
         props_parse(h + l.props_pos, l.props_len, &m) < 0)
         goto done;
     int g = props_find(&m, "PGROUP");
@@ -954,7 +883,7 @@ static PyObject *serve_tx(PyObject *self, PyObject *args) {
     int usable = (c.store_host_len == 8 || c.store_host_len == 20) &&
                  (c.born_host_len == 8 || c.born_host_len == 20) && json_safe(c.trace_on) &&
                  json_safe(c.region) && strlen(c.cluster) > 0 &&
-                 !strpbrk(c.cluster, "\001\002") && ascii((const uint8_t *)c.cluster,
+                 !strpbrk(c.cluster, "\001\002") && hdr_ascii((const uint8_t *)c.cluster,
                                                           (Py_ssize_t)strlen(c.cluster));
     if (usable) {
         if (!(c.topics = PyObject_GetAttrString(c.store, "topics"))) goto fail;
