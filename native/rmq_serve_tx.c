@@ -877,7 +877,7 @@ static PyObject *serve_tx(PyObject *self, PyObject *args) {
                           &c.store_host, &c.store_host_len, &c.born_host, &c.born_host_len,
                           &c.cluster, &c.trace_on, &c.region, &c.max_message_size, &c.version))
         return NULL;
-    PyObject *answers = PyList_New(0);
+    PyObject *answers = PyList_New(0), *failed = NULL;
     Py_ssize_t pos = 0, counts[2] = {0, 0};
     if (!answers || intern_names() < 0) goto fail;
     int usable = (c.store_host_len == 8 || c.store_host_len == 20) &&
@@ -898,7 +898,19 @@ static PyObject *serve_tx(PyObject *self, PyObject *args) {
         int kind = -1;
         PyObject *a = answer(&c, d + pos + 4, length, &kind);
         if (!a) {
-            if (PyErr_Occurred()) goto fail;
+            /* A Python error in the middle of a run (the store's append raising, say): the
+             * frames before it stand (stored, answered); this one goes back to the caller with
+             * the exception, to be answered SYSTEM_ERROR as the Python path's dispatch does. */
+            if (!PyErr_Occurred()) break;
+            if (!PyErr_ExceptionMatches(PyExc_Exception)) goto fail;
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyErr_NormalizeException(&type, &value, &tb);
+            if (tb && value) PyException_SetTraceback(value, tb);
+            Py_XDECREF(type);
+            Py_XDECREF(tb);
+            if (!value) goto fail;
+            if (!(failed = Py_BuildValue("(Nn)", value, (Py_ssize_t)length + 4))) goto fail;
             break;
         }
         int rc = a == Py_None ? 0 : PyList_Append(answers, a);
@@ -911,9 +923,14 @@ static PyObject *serve_tx(PyObject *self, PyObject *args) {
     Py_XDECREF(c.commit_log);
     Py_XDECREF(c.queues);
     PyBuffer_Release(&data);
-    return Py_BuildValue("(Nnnn)", answers, pos, counts[0], counts[1]);
+    if (!failed) {
+        failed = Py_None;
+        Py_INCREF(failed);
+    }
+    return Py_BuildValue("(NnnnN)", answers, pos, counts[0], counts[1], failed);
 fail:
     Py_XDECREF(answers);
+    Py_XDECREF(failed);
     Py_XDECREF(c.topics);
     Py_XDECREF(c.commit_log);
     Py_XDECREF(c.queues);
@@ -924,7 +941,8 @@ fail:
 static PyMethodDef serve_tx_functions[] = {
     {"serve_tx", serve_tx, METH_VARARGS,
      "Answer the half sends and END_TRANSACTIONs at the start of a received chunk "
-     "(embedded broker)."},
+     "(embedded broker): (answers, bytes used, sends, ends, failure), failure None or "
+     "(exception, frame size) for a frame whose Python call raised at byte ``used``."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Generator, List, Optional, Tup
 
 from ..client.protocol.codes import PERM_READ, PERM_WRITE, RequestCode
 from ..client.protocol.codes import ResponseCode as RC
-from ..client.protocol.frame import RemotingCommand
+from ..client.protocol.frame import RemotingCommand, decode_payload, encode_frame
 from .background import BackgroundService
 from ..client.protocol.message import (
     MAGIC_V1, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, SYSFLAG_TRANSACTION_MASK, MessageExt,
@@ -120,7 +120,9 @@ def native_tx_answers(broker) -> Optional[Callable[[bytes, str], Tuple[List[byte
     set. The function takes a received chunk and the peer's address and returns the answers
     to the frames at its start that it took (oneway ones have none), the bytes they used and
     how many were sends and END_TRANSACTIONs; everything from the first frame it does not take
-    goes the Python way."""
+    goes the Python way. A frame whose Python call raised (the store's append, say) is answered
+    here as the server's dispatch answers a handler's exception (SYSTEM_ERROR); the frames
+    before it stand and the run ends with it."""
     try:
         from .. import _native
     except ImportError:  # pragma: no cover - depends on the build
@@ -134,10 +136,34 @@ def native_tx_answers(broker) -> Optional[Callable[[bytes, str], Tuple[List[byte
 
     def answer(data, peer: str):
         o = broker.options
-        return serve(data, broker.store, broker.long_poll, zlib.crc32, pack_host(broker.addr)[0],
-                     pack_host(peer)[0], o.cluster_name, "true" if o.trace_on else "false",
-                     o.region, o.max_message_size, o.version)
+        got, used, sends, ends, failed = serve(
+            data, broker.store, broker.long_poll, zlib.crc32, pack_host(broker.addr)[0],
+            pack_host(peer)[0], o.cluster_name, "true" if o.trace_on else "false", o.region,
+            o.max_message_size, o.version)
+        if failed is not None:  # a Python call raised in the middle of the run
+            exc, size = failed
+            error = _system_error(broker, bytes(data[used + 4:used + size]), exc)
+            if error:
+                got.append(error)
+            used += size
+        return got, used, sends, ends
     return answer
+
+
+def _system_error(broker, payload: bytes, exc: Exception) -> bytes:
+    """What the server's dispatch answers (and logs) when a handler raises ``exc`` on the
+    request ``payload`` (a frame without its length prefix): SYSTEM_ERROR, the exception's
+    type and text as remark; nothing for a oneway request."""
+    try:
+        cmd = decode_payload(payload)
+    except Exception:  # pragma: no cover - the C path took only frames that decode
+        raise exc from None
+    log.error("%s: %s failed", broker.server.name, cmd.describe(),
+              exc_info=(type(exc), exc, exc.__traceback__))
+    if cmd.is_oneway:
+        return b""
+    return encode_frame(cmd.make_response(RC.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}",
+                                          version=broker.server.version))
 
 
 def _run_to_end(steps: Generator[None, None, int]) -> int:

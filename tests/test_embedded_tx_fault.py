@@ -1,0 +1,104 @@
+"""A Python error in the middle of a run of the embedded broker's C transactional path
+(native/rmq_serve_tx.c): the frame is answered SYSTEM_ERROR as the Python path's dispatch
+answers it, the frames around it are served, and the connection stays open.
+
+The fault (the commit log's append raising OSError once) cannot be produced for real, so the
+append of a live broker's store is patched. The same scenario runs with and without the C path
+and must leave the same answers and the same commit log."""
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+
+import pytest
+
+from rocketmq_spark.client.protocol.codes import ResponseCode
+from rocketmq_spark.client.protocol.message import parse_offset_msg_id
+from rocketmq_spark.embedded import EmbeddedCluster
+from test_embedded_tx_fast import (
+    END_TRANSACTION, JSON, PEER, ROCKETMQ, SEND_V2, Conn, _decode, _frame, _free_port,
+    _half_props, _native_tx_available, _send_fields,
+)
+
+COMMIT = 8
+
+
+def scenario(data_dir: Path, port: int, fast: bool) -> dict:
+    cluster = EmbeddedCluster(brokers=1, data_dir=data_dir, broker_ports=[port],
+                              transaction_check_interval=3600, transaction_timeout=3600)
+    cluster.start()
+    try:
+        broker = cluster._brokers[0]
+        server = broker.server
+        if not fast:
+            server.native_tx = None
+        clock = itertools.count(1800000000000, 7)
+        broker.store.now = lambda: next(clock)
+        cluster.create_topic("TxA", 2)
+        conn = Conn(broker.addr)
+        while not server.connections:
+            time.sleep(0.01)
+        for c in server.connections:
+            c.peer = PEER
+        opaque = itertools.count(1)
+
+        def send(i, ser=ROCKETMQ):
+            return _frame(SEND_V2, _send_fields(i, "TxA", i % 2, _half_props(i, "PG1")),
+                          b"body-%d" % i, ser, opaque=next(opaque))
+
+        def end(resp, oneway):
+            f = resp.fields
+            return _frame(END_TRANSACTION, {
+                "producerGroup": "PG1", "tranStateTableOffset": f["queueOffset"],
+                "commitLogOffset": str(parse_offset_msg_id(f["msgId"])[1]),
+                "commitOrRollback": str(COMMIT), "fromTransactionCheck": "false",
+                "msgId": f["msgId"]}, b"", ROCKETMQ, oneway, next(opaque))
+
+        # the system topics exist before the C path may take anything
+        answers = conn.exchange([send(0)], 1)
+        answers += conn.exchange([end(_decode(answers[0]), True), send(1)], 1)
+
+        log = broker.store.commit_log
+        real_append, calls = log.append, []
+
+        def append(data):
+            calls.append(len(data))
+            if len(calls) in (2, 7):  # the second half send, the second commit
+                raise OSError("injected: the disk is full")
+            return real_append(data)
+        log.append = append
+        # four half sends in one write, the second fails (both serializations)
+        got = conn.exchange([send(i, JSON if i % 2 else ROCKETMQ) for i in range(2, 6)], 4)
+        answers += got
+        ok = [_decode(a) for a in got if _decode(a).code == 0]
+        # three END_TRANSACTIONs in one write (two-way), the second one's commit fails
+        answers += conn.exchange([end(r, False) for r in ok], 3)
+        log.append = real_append
+        # the connection still serves
+        answers += conn.exchange([send(9)], 1)
+        conn.close()
+        stats = dict(getattr(server, "native_tx_stats", {}))
+        commit_log = (data_dir / "broker-a" / "commitlog").read_bytes()
+    finally:
+        cluster.stop()
+    return {"answers": answers, "stats": stats, "log": commit_log, "calls": len(calls)}
+
+
+@pytest.mark.skipif(not _native_tx_available(), reason="no C path: the extension lacks serve_tx or "
+                    "ROCKETMQ_SPARK_PURE_PYTHON is set")
+def test_a_store_error_mid_run_is_answered_system_error(tmp_path):
+    port = _free_port()
+    slow = scenario(tmp_path / "slow", port, fast=False)
+    fast = scenario(tmp_path / "fast", port, fast=True)
+    assert slow["stats"].get("frames", 0) == 0
+    # the C path took the frames around the failing ones
+    assert fast["stats"]["sends"] >= 4 and fast["stats"]["ends"] >= 2, fast["stats"]
+    cmds = [_decode(a) for a in fast["answers"]]
+    codes = [c.code for c in cmds]
+    assert codes == [0, 0, 0, ResponseCode.SYSTEM_ERROR, 0, 0, 0, ResponseCode.SYSTEM_ERROR, 0,
+                     0], codes
+    assert cmds[3].remark == cmds[7].remark == "OSError: injected: the disk is full"
+    assert [a.hex() for a in fast["answers"]] == [a.hex() for a in slow["answers"]]
+    assert fast["log"] == slow["log"]
+    assert fast["calls"] == slow["calls"]
