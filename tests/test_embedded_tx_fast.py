@@ -98,10 +98,13 @@ def _decode(frame: bytes) -> RemotingCommand:
     return cmds[0]
 
 
-def scenario(data_dir: Path, port: int, fast: bool) -> dict:
-    """Run the scenario on a fresh broker; returns everything it stored and answered."""
+def start_broker(data_dir: Path, port: int, fast: bool, topics: Dict[str, int],
+                 connections: int, transaction_timeout: int):
+    """A started one-broker cluster (the C path on or off) whose store time is a counter, with
+    ``topics`` made and ``connections`` raw connections the broker sees as from PEER."""
     cluster = EmbeddedCluster(brokers=1, data_dir=data_dir, broker_ports=[port],
-                              transaction_check_interval=3600, transaction_timeout=1)
+                              transaction_check_interval=3600,
+                              transaction_timeout=transaction_timeout)
     cluster.start()
     try:
         broker = cluster._brokers[0]
@@ -110,15 +113,26 @@ def scenario(data_dir: Path, port: int, fast: bool) -> dict:
             server.native_tx = None
         clock = itertools.count(1800000000000, 7)
         broker.store.now = lambda: next(clock)
-        for topic, queues in TOPICS.items():
+        for topic, queues in topics.items():
             cluster.create_topic(topic, queues)
-        conns = [Conn(broker.addr), Conn(broker.addr)]
+        conns = [Conn(broker.addr) for _ in range(connections)]
         deadline = time.monotonic() + 5
-        while len(server.connections) < 2:
+        while len(server.connections) < connections:
             assert time.monotonic() < deadline
             time.sleep(0.01)
         for c in server.connections:
             c.peer = PEER
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster, broker, conns
+
+
+def scenario(data_dir: Path, port: int, fast: bool) -> dict:
+    """Run the scenario on a fresh broker; returns everything it stored and answered."""
+    cluster, broker, conns = start_broker(data_dir, port, fast, TOPICS, 2, 1)
+    try:
+        server = broker.server
         opaque = itertools.count(1)
         answers: List[bytes] = []
 
@@ -231,12 +245,19 @@ def _native_tx_available() -> bool:
     return hasattr(_native, "serve_tx")
 
 
-@pytest.mark.skipif(not _native_tx_available(), reason="no C path: the extension lacks serve_tx or "
-                    "ROCKETMQ_SPARK_PURE_PYTHON is set")
-def test_c_path_stores_and_answers_what_the_python_path_does(tmp_path):
+needs_c_path = pytest.mark.skipif(not _native_tx_available(), reason="no C path: the extension "
+                                  "lacks serve_tx or ROCKETMQ_SPARK_PURE_PYTHON is set")
+
+
+def both_ways(run, tmp_path: Path):
+    """``run`` (a scenario) without the C path, then with it, on the same port."""
     port = _free_port()
-    slow = scenario(tmp_path / "slow", port, fast=False)
-    fast = scenario(tmp_path / "fast", port, fast=True)
+    return run(tmp_path / "slow", port, fast=False), run(tmp_path / "fast", port, fast=True)
+
+
+@needs_c_path
+def test_c_path_stores_and_answers_what_the_python_path_does(tmp_path):
+    slow, fast = both_ways(scenario, tmp_path)
     # the C path really took frames of both kinds (else this test compares Python to itself)
     assert slow["stats"].get("frames", 0) == 0
     assert fast["stats"] == {"frames": 49, "sends": 26, "ends": 23}

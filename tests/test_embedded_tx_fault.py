@@ -8,39 +8,22 @@ and must leave the same answers and the same commit log."""
 from __future__ import annotations
 
 import itertools
-import time
 from pathlib import Path
-
-import pytest
 
 from rocketmq_spark.client.protocol.codes import ResponseCode
 from rocketmq_spark.client.protocol.message import parse_offset_msg_id
-from rocketmq_spark.embedded import EmbeddedCluster
 from test_embedded_tx_fast import (
-    END_TRANSACTION, JSON, PEER, ROCKETMQ, SEND_V2, Conn, _decode, _frame, _free_port,
-    _half_props, _native_tx_available, _send_fields,
+    END_TRANSACTION, JSON, ROCKETMQ, SEND_V2, _decode, _frame, _half_props, _send_fields,
+    both_ways, needs_c_path, start_broker,
 )
 
 COMMIT = 8
 
 
 def scenario(data_dir: Path, port: int, fast: bool) -> dict:
-    cluster = EmbeddedCluster(brokers=1, data_dir=data_dir, broker_ports=[port],
-                              transaction_check_interval=3600, transaction_timeout=3600)
-    cluster.start()
+    cluster, broker, (conn,) = start_broker(data_dir, port, fast, {"TxA": 2}, 1, 3600)
     try:
-        broker = cluster._brokers[0]
         server = broker.server
-        if not fast:
-            server.native_tx = None
-        clock = itertools.count(1800000000000, 7)
-        broker.store.now = lambda: next(clock)
-        cluster.create_topic("TxA", 2)
-        conn = Conn(broker.addr)
-        while not server.connections:
-            time.sleep(0.01)
-        for c in server.connections:
-            c.peer = PEER
         opaque = itertools.count(1)
 
         def send(i, ser=ROCKETMQ):
@@ -85,12 +68,9 @@ def scenario(data_dir: Path, port: int, fast: bool) -> dict:
     return {"answers": answers, "stats": stats, "log": commit_log, "calls": len(calls)}
 
 
-@pytest.mark.skipif(not _native_tx_available(), reason="no C path: the extension lacks serve_tx or "
-                    "ROCKETMQ_SPARK_PURE_PYTHON is set")
+@needs_c_path
 def test_a_store_error_mid_run_is_answered_system_error(tmp_path):
-    port = _free_port()
-    slow = scenario(tmp_path / "slow", port, fast=False)
-    fast = scenario(tmp_path / "fast", port, fast=True)
+    slow, fast = both_ways(scenario, tmp_path)
     assert slow["stats"].get("frames", 0) == 0
     # the C path took the frames around the failing ones
     assert fast["stats"]["sends"] >= 4 and fast["stats"]["ends"] >= 2, fast["stats"]

@@ -49,21 +49,32 @@ def _number(fields, key: str, parse) -> int:
     return parse(fields, key)
 
 
+def native_server_function(broker, name: str):
+    """The accelerator's function ``name`` for a C path of ``broker``'s server, or None when
+    the accelerator lacks it, ``ROCKETMQ_SPARK_PURE_PYTHON`` is set or ``broker`` has no store
+    or options (a stand-in broker: the Python path only)."""
+    try:
+        from .. import _native
+    except ImportError:  # pragma: no cover - depends on the build
+        return None
+    function = getattr(_native, name, None)
+    if function is None or getattr(broker, "store", None) is None or \
+            getattr(broker, "options", None) is None or \
+            os.environ.get("ROCKETMQ_SPARK_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    return function
+
+
 def native_answers(broker) -> Optional[Callable[[bytes], Tuple[List[bytes], int]]]:
     """The C answer to plain FOUND pulls (``native/rmq_serve.c``, byte for byte what
     :func:`handle_pull` answers; a test holds them together) for ``broker``, or ``None`` when
     the accelerator is not built or ``ROCKETMQ_SPARK_PURE_PYTHON`` is set. The function takes
     a received chunk and returns the answers to the pulls at its start and the bytes they
     used; everything from the first request it does not take on goes the Python way."""
-    try:
-        from .. import _native
-    except ImportError:  # pragma: no cover - depends on the build
+    serve = native_server_function(broker, "serve_pulls")
+    if serve is None:
         return None
-    serve = getattr(_native, "serve_pulls", None)
-    store, options = getattr(broker, "store", None), getattr(broker, "options", None)
-    if serve is None or store is None or options is None or \
-            os.environ.get("ROCKETMQ_SPARK_PURE_PYTHON", "") not in ("", "0"):
-        return None
+    store = broker.store
     topics, queues = store.topics, store.queues
 
     def answer(data) -> Tuple[List[bytes], int]:

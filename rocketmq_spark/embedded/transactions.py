@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import os
 import struct
 import zlib
 from typing import TYPE_CHECKING, Callable, Dict, Generator, List, Optional, Tuple
@@ -123,15 +122,10 @@ def native_tx_answers(broker) -> Optional[Callable[[bytes, str], Tuple[List[byte
     goes the Python way. A frame whose Python call raised (the store's append, say) is answered
     here as the server's dispatch answers a handler's exception (SYSTEM_ERROR); the frames
     before it stand and the run ends with it."""
-    try:
-        from .. import _native
-    except ImportError:  # pragma: no cover - depends on the build
-        return None
-    serve = getattr(_native, "serve_tx", None)
-    store, options = getattr(broker, "store", None), getattr(broker, "options", None)
-    if serve is None or store is None or options is None or \
-            not isinstance(getattr(broker, "transactions", None), TransactionService) or \
-            os.environ.get("ROCKETMQ_SPARK_PURE_PYTHON", "") not in ("", "0"):
+    from .pull import native_server_function
+    serve = native_server_function(broker, "serve_tx")
+    if serve is None or not isinstance(getattr(broker, "transactions", None),
+                                       TransactionService):
         return None
 
     def answer(data, peer: str):
