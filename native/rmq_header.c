@@ -24,6 +24,36 @@ static PyObject *utf8(const uint8_t *p, Py_ssize_t n) {
     return PyUnicode_DecodeUTF8((const char *)p, n, NULL);
 }
 
+/* Short ASCII strings seen before, reused: a stream's headers repeat the same keys (and many
+ * values) in every frame; a reused str also keeps its hash for the dict. Direct-mapped; a
+ * miss decodes and takes the slot. */
+#define TEXT_CACHE 512
+#define TEXT_CACHE_MAX 32
+static struct { PyObject *s; Py_ssize_t n; } text_cache[TEXT_CACHE];
+
+static PyObject *text(const uint8_t *p, Py_ssize_t n) {
+    if (n > TEXT_CACHE_MAX) return utf8(p, n);
+    uint32_t h = 2166136261u;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (p[i] >= 0x80) return utf8(p, n);
+        h = (h ^ p[i]) * 16777619u;
+    }
+    h ^= (uint32_t)n;
+    h ^= h >> 15;
+    PyObject **slot = &text_cache[h & (TEXT_CACHE - 1)].s;
+    Py_ssize_t *len = &text_cache[h & (TEXT_CACHE - 1)].n;
+    if (*slot && *len == n && memcmp(PyUnicode_DATA(*slot), p, n) == 0) {
+        Py_INCREF(*slot);
+        return *slot;
+    }
+    PyObject *s = PyUnicode_DecodeASCII((const char *)p, n, NULL);
+    if (!s) return NULL;
+    Py_INCREF(s);
+    Py_XSETREF(*slot, s);
+    *len = n;
+    return s;
+}
+
 /* The remark and ext of a binary header: 0 when it is well formed, 1 when it is not (lengths
  * that do not add up, invalid UTF-8: the Python decoder names the fault), -1 on a Python error. */
 static int header_fields(const uint8_t *h, Py_ssize_t n, PyObject **remark_out,
@@ -35,7 +65,7 @@ static int header_fields(const uint8_t *h, Py_ssize_t n, PyObject **remark_out,
     pos += 4;
     if (rl < 0 || pos + rl > n) goto reject;
     if (rl) {
-        if (!(remark = utf8(h + pos, rl))) goto reject;
+        if (!(remark = text(h + pos, rl))) goto reject;
     } else {
         remark = Py_None;
         Py_INCREF(remark);
@@ -50,12 +80,12 @@ static int header_fields(const uint8_t *h, Py_ssize_t n, PyObject **remark_out,
         if (pos + 2 > n) goto reject;
         int16_t kl = rd16(h + pos);
         if (kl < 0 || pos + 2 + kl + 4 > n) goto reject;
-        PyObject *key = utf8(h + pos + 2, kl);
+        PyObject *key = text(h + pos + 2, kl);
         if (!key) goto reject;
         pos += 2 + kl;
         int32_t vl = rd32(h + pos);
         if (vl < 0 || pos + 4 + vl > n) { Py_DECREF(key); goto reject; }
-        PyObject *value = utf8(h + pos + 4, vl);
+        PyObject *value = text(h + pos + 4, vl);
         if (!value) { Py_DECREF(key); goto reject; }
         int rc = PyDict_SetItem(ext, key, value);
         Py_DECREF(key);

@@ -136,3 +136,17 @@ def test_frame_lengths_out_of_range(monkeypatch):
         compare(good + bad + good, [], monkeypatch)
     compare(good * 3, [], monkeypatch, max_frame=len(good) - 1)
     compare(good * 3, [], monkeypatch, max_frame=len(good))
+
+
+def test_many_distinct_short_texts_decode_the_same(monkeypatch):
+    # the C decoder reuses short ASCII strings it has seen (a small cache): thousands of
+    # distinct keys and values, alike in length and first letters, must still come out exact
+    rng = random.Random(13)
+    texts = [f"k{rng.randrange(10 ** rng.randint(1, 6))}" for _ in range(6000)]
+    cmds = [RemotingCommand(code=1, ext_fields={texts[i]: texts[-1 - i], "q": texts[i // 2]},
+                            remark=texts[i // 3], opaque=i, serialize_type=SerializeType.ROCKETMQ)
+            for i in range(3000)]
+    data = b"".join(encode_frame(c) for c in cmds)
+    result = compare(data, [len(data) // 3], monkeypatch)
+    assert sum(len(r) for r in result[:-1]) == len(cmds)
+    assert FrameDecoder().feed(data) == cmds
