@@ -348,10 +348,11 @@ class FrameDecoder:
         split = _native_split
         try:
             while end - pos >= 4:
-                if split is not None:
-                    # the C splitter takes the leading ROCKETMQ frames and stops at anything
-                    # else (a JSON header, an incomplete or malformed frame): that is decoded or
-                    # rejected below, and the splitter tries again after it
+                if split is not None and end - pos > 4 and buf[pos + 4] == 1:
+                    # the C splitter takes the leading ROCKETMQ frames (serialization byte 1)
+                    # and stops at anything else (a JSON header, an incomplete or malformed
+                    # frame): that is decoded or rejected below, and the splitter tries again
+                    # at the next ROCKETMQ frame
                     got, used = split(buf, pos, self._max)
                     if used:
                         out += got
