@@ -130,10 +130,13 @@ def native_tx_answers(broker) -> Optional[Callable[[bytes, str], Tuple[List[byte
 
     def answer(data, peer: str):
         o = broker.options
-        got, used, sends, ends, failed = serve(
-            data, broker.store, broker.long_poll, zlib.crc32, pack_host(broker.addr)[0],
-            pack_host(peer)[0], o.cluster_name, "true" if o.trace_on else "false", o.region,
-            o.max_message_size, o.version)
+        result = serve(data, broker.store, broker.long_poll, zlib.crc32,
+                       pack_host(broker.addr)[0], pack_host(peer)[0], o.cluster_name,
+                       "true" if o.trace_on else "false", o.region, o.max_message_size,
+                       o.version)
+        if len(result) == 4:  # an accelerator built before serve_tx reported failures
+            return result
+        got, used, sends, ends, failed = result
         if failed is not None:  # a Python call raised in the middle of the run
             exc, size = failed
             error = _system_error(broker, bytes(data[used + 4:used + size]), exc)
