@@ -103,19 +103,21 @@ def handle_from_send(broker_name: str, address: str, uniq_key: str, offset_msg_i
                       transaction_id or uniq_key)
 
 
-class HalfSent(NamedTuple):
-    """A half message the broker stored: its send status and what END_TRANSACTION needs."""
+class HalfRun(NamedTuple):
+    """The answers to a run of half-message sends: the worst send status among them and the
+    handles of the ones the broker stored, in send order."""
 
     status: str
-    handle: HalfHandle
+    handles: List[HalfHandle]
 
 
 def collect_half_answers(address: str, broker_name: str,
                          pending: Sequence[Tuple[Connection, ResponseFuture]],
-                         ids: Sequence[str], timeout: float
-                         ) -> Tuple[List[HalfSent], Optional[RocketMQError]]:
-    """The answers to a run of half-message sends (``ids``: their UNIQ_KEYs): the stored ones
-    with their handles, and the first error (a refusal, a timeout, a lost connection)."""
+                         ids: Sequence[str], timeout: float, accept: Iterable[str] = ("SEND_OK",)
+                         ) -> Tuple[HalfRun, Optional[RocketMQError]]:
+    """The answers to a run of half-message sends (``ids``: their UNIQ_KEYs): the stored
+    ones' handles, a status that is SEND_OK unless one answer's status is not in ``accept``,
+    and the first error (a refusal, a timeout, a lost connection)."""
     deadline = time.monotonic() + timeout
     if pending:  # answers come in order: once the last is in, the rest are
         conn, last = pending[-1]
@@ -123,26 +125,32 @@ def collect_half_answers(address: str, broker_name: str,
             conn.wait(last, timeout)
         except RocketMQError:
             pass
-    results: List[HalfSent] = []
+    accept = frozenset(accept)
+    handles: List[HalfHandle] = []
+    status = "SEND_OK"
     failure: Optional[RocketMQError] = None
+    status_of = SEND_STATUS_OF_CODE.get
     for (conn, future), uniq in zip(pending, ids):
         try:
-            r = future.result() if future.done else conn.wait(
+            r = future.response if future.done and future.error is None else conn.wait(
                 future, max(deadline - time.monotonic(), 0.0))
-            status = SEND_STATUS_OF_CODE.get(r.code)
-            if status is None:
+            this = status_of(r.code)
+            if this is None:
                 raise response_error(r, "SEND_MESSAGE", address)
-            f = r.fields
-            results.append(HalfSent(status, HalfHandle(
+            if this not in accept:
+                status = this
+            f = r.ext_fields
+            msg_id = f["msgId"]
+            handles.append(HalfHandle(
                 broker_name, address, uniq, int(f["queueOffset"]),
-                M.commit_log_offset_of(f["msgId"].split(",")[0]),
-                f.get("transactionId") or uniq)))
+                M.commit_log_offset_of(msg_id if len(msg_id) == 32 else msg_id.split(",")[0]),
+                f.get("transactionId") or uniq))
         except RocketMQError as exc:
             failure = failure or exc
-        except (KeyError, ValueError) as exc:
+        except (KeyError, ValueError, TypeError) as exc:
             failure = failure or ProtocolError(
                 f"send response from {address} lacks a usable {exc} field", None, "header")
-    return results, failure
+    return HalfRun(status, handles), failure
 
 
 def end_transaction_command(group: str, handle: HalfHandle, outcome: Outcome,

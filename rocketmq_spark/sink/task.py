@@ -61,7 +61,8 @@ def write_task(batches: Iterable[pa.RecordBatch], plan: ColumnPlan, options: Sin
     handles: List = []
 
     def keep_handles(item, queue, results):
-        handles.extend(r.handle for r in results)
+        for run in results:
+            handles.extend(run.handles)
 
     pipeline = SendPipeline(transport, max_in_flight_per_broker=options.max_in_flight_per_broker,
                             send_timeout=options.send_timeout_ms / 1000.0,

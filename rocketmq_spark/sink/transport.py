@@ -34,7 +34,7 @@ from ..client.protocol import properties as P
 from ..client.protocol.route import MessageQueue
 from ..client.errors import RocketMQError
 from ..client.transaction import (
-    TRANSACTION_PREPARED_TYPE, HalfSent, Outcome, collect_half_answers, end_transactions,
+    TRANSACTION_PREPARED_TYPE, HalfRun, Outcome, collect_half_answers, end_transactions,
 )
 from ..client.protocol.send_columns import (
     ENTRY_HEAD_BYTES, byte_lengths, encode_entries, entries_body, join_pieces, property_piece,
@@ -196,26 +196,26 @@ class RemotingTransport(Transport):
             return self.producer.finish(handle, timeout)
         return self._finish_run(handle, timeout)
 
-    def _finish_run(self, handle: Any, timeout: float) -> List[HalfSent]:
-        """Every answer of a run of half messages, with its handle. When some are refused,
-        the stored ones are rolled back at once (the pipeline sends the whole run again),
-        rather than left to the brokers' check-back."""
+    def _finish_run(self, handle: Any, timeout: float) -> List[HalfRun]:
+        """The answers of a run of half messages, as one result. When some are refused, the
+        stored ones are rolled back at once (the pipeline sends the whole run again), rather
+        than left to the brokers' check-back."""
         address, pending, queue, ids = handle
-        results, failure = collect_half_answers(address, queue.broker_name, pending, ids,
-                                                timeout)
         accepted = self.options.accept_statuses
-        if failure is None and all(r.status in accepted for r in results):
-            return results
-        if results:
+        run, failure = collect_half_answers(address, queue.broker_name, pending, ids, timeout,
+                                            accepted)
+        if failure is None and run.status in accepted:
+            return [run]
+        if run.handles:
             try:
-                end_transactions(self.producer.remoting, self.group,
-                                 [r.handle for r in results], Outcome.ROLLBACK)
+                end_transactions(self.producer.remoting, self.group, run.handles,
+                                 Outcome.ROLLBACK)
             except RocketMQError as exc:
                 log.warning("rolling back %d half messages of a refused run failed (%s); the "
-                            "brokers' check-backs will roll them back", len(results), exc)
+                            "brokers' check-backs will roll them back", len(run.handles), exc)
         if failure is not None:
             raise failure
-        return results
+        return [run]
 
 
 def shared_producer(options: SinkOptions) -> Producer:
