@@ -319,7 +319,33 @@ typedef struct {
     const char *cluster, *trace_on, *region;
     long long max_message_size;
     int version;
+    struct batch *b;  /* the records of this run not yet in the store; NULL: store each now */
 } ctx_t;
+
+/* The run's records not yet handed to the store (batch mode): the commit log is appended once
+ * and each queue extended once, at the end of the run (flush_batch), instead of per record.
+ * Offsets come from the sizes: a queue's next offset is its max offset when the run first
+ * touched it plus the records pending for it, the next physical offset the commit log's size
+ * at the run's first record plus the bytes pending. Nothing else writes the store meanwhile:
+ * the run holds the GIL except inside the Python calls it makes itself (store.now, crc32,
+ * store.queue), and they do not append. */
+#define MAX_PQ 32
+typedef struct {
+    char topic[128];
+    int64_t qid;
+    PyObject *queue, *topic_o, *qid_o, *records, *codes, *times;
+    long long base;  /* the queue's max offset when the run first stored in it */
+    Py_ssize_t n;
+} pq_t;
+
+typedef struct batch {
+    int nq;
+    pq_t q[MAX_PQ];
+    PyObject *all;  /* every pending record, in store order */
+    long long log_base;
+    Py_ssize_t bytes;
+    int have_base;
+} batch_t;
 
 static PyObject *S_now, *S_queue, *S_append, *S_size, *S_notify,
                 *S_perm, *S_rq, *S_wq, *S_filter, *S_first, *S_buf_start, *S_ends, *S_buf;
@@ -383,8 +409,12 @@ static int queue_max_offset(PyObject *queue, long long *out) {
  * broker's state may then be partial, as it would be after a failing Python handler). */
 typedef PyObject *(*build_fn)(const void *arg, int64_t queue_offset, int64_t phys, int64_t now);
 
+static int store_batched(const ctx_t *c, const char *topic, int64_t queue_id, int32_t code,
+                         build_fn build, const void *arg, long long at[2]);
+
 static int store_record(const ctx_t *c, const char *topic, int64_t queue_id, int32_t code,
                         build_fn build, const void *arg, long long at[2]) {
+    if (c->b) return store_batched(c, topic, queue_id, code, build, arg, at);
     int rc = -1;
     PyObject *topic_o = NULL, *qid = NULL, *queue = NULL, *now_o = NULL, *record = NULL,
              *res = NULL, *code_o = NULL, *codes = NULL, *max_o = NULL;
@@ -417,6 +447,134 @@ done:
     Py_XDECREF(topic_o); Py_XDECREF(qid); Py_XDECREF(queue); Py_XDECREF(now_o);
     Py_XDECREF(record); Py_XDECREF(res); Py_XDECREF(code_o); Py_XDECREF(codes);
     Py_XDECREF(max_o);
+    return rc;
+}
+
+static void pq_clear(pq_t *q) {
+    Py_CLEAR(q->queue); Py_CLEAR(q->topic_o); Py_CLEAR(q->qid_o);
+    Py_CLEAR(q->records); Py_CLEAR(q->codes); Py_CLEAR(q->times);
+    q->n = 0;
+}
+
+/* Forget the pending records (stored or dropped). */
+static void batch_clear(batch_t *b) {
+    for (int i = 0; i < b->nq; i++) pq_clear(&b->q[i]);
+    b->nq = 0;
+    Py_CLEAR(b->all);
+    b->bytes = 0;
+    b->have_base = 0;
+}
+
+/* The pending queue (topic, queue_id), NULL when the run has not stored in it. */
+static pq_t *pq_find(batch_t *b, const char *topic, int64_t queue_id) {
+    for (int i = 0; i < b->nq; i++)
+        if (b->q[i].qid == queue_id && strcmp(b->q[i].topic, topic) == 0) return &b->q[i];
+    return NULL;
+}
+
+/* store_record in batch mode: the same Python calls up to the record (store.queue for a queue
+ * the run meets first, store.now for every record, in the Python path's order, so a clock
+ * gives the same store times), the record kept for flush_batch. */
+static int store_batched(const ctx_t *c, const char *topic, int64_t queue_id, int32_t code,
+                         build_fn build, const void *arg, long long at[2]) {
+    batch_t *b = c->b;
+    pq_t *q = pq_find(b, topic, queue_id);
+    if (!q) {
+        size_t tl = strlen(topic);
+        if (b->nq == MAX_PQ || tl >= sizeof(q->topic)) {
+            PyErr_SetString(PyExc_SystemError, "serve_tx: too many queues in one run");
+            return -1;
+        }
+        pq_t *n = &b->q[b->nq];
+        memset(n, 0, sizeof(*n));
+        memcpy(n->topic, topic, tl + 1);
+        n->qid = queue_id;
+        if (!(n->topic_o = PyUnicode_FromString(topic)) ||
+            !(n->qid_o = PyLong_FromLongLong(queue_id)) ||
+            !(n->queue = get_queue(c, n->topic_o, n->qid_o)) ||
+            queue_max_offset(n->queue, &n->base) < 0 || !(n->records = PyList_New(0)) ||
+            !(n->codes = PyList_New(0)) || !(n->times = PyList_New(0))) {
+            pq_clear(n);
+            return -1;
+        }
+        q = n;
+        b->nq++;
+    }
+    if (!b->all && !(b->all = PyList_New(0))) return -1;
+    if (!b->have_base) {
+        if (attr_ll(c->commit_log, S_size, &b->log_base) < 0) return -1;
+        b->have_base = 1;
+    }
+    PyObject *now_o = PyObject_CallMethodObjArgs(c->store, S_now, NULL);
+    if (!now_o) return -1;
+    long long now = PyLong_AsLongLong(now_o);
+    if (now == -1 && PyErr_Occurred()) { Py_DECREF(now_o); return -1; }
+    at[0] = q->base + q->n;
+    at[1] = b->log_base + b->bytes;
+    PyObject *record = build(arg, at[0], at[1], now), *code_o = NULL;
+    int rc = -1;
+    if (record && (code_o = PyLong_FromLong(code)) && PyList_Append(q->times, now_o) == 0 &&
+        PyList_Append(q->codes, code_o) == 0 && PyList_Append(q->records, record) == 0 &&
+        PyList_Append(b->all, record) == 0) {
+        q->n++;
+        b->bytes += PyBytes_GET_SIZE(record);
+        rc = 0;
+    }
+    Py_DECREF(now_o);
+    Py_XDECREF(record);
+    Py_XDECREF(code_o);
+    return rc;
+}
+
+/* Hand the pending records to the store: commit_log.append of them all (physical offsets from
+ * its size), then each queue's extend_timed (ConsumeQueue.append of each record in turn),
+ * then one long_poll.notify_arrival_soon per queue with the queue's new max offset and the
+ * tag codes stored (what the per-record calls would have woken: a pull parks at the queue's
+ * max offset, so every record of the run is at or after it). Returns 0, or -1 with an error
+ * set; when the commit log's append raised, nothing was stored. The pending records are
+ * forgotten either way. */
+static PyObject *S_extend_timed, *S_join;
+
+static int flush_batch(const ctx_t *c) {
+    batch_t *b = c->b;
+    int rc = -1;
+    PyObject *empty = NULL, *data = NULL, *res = NULL;
+    if (!b->all || PyList_GET_SIZE(b->all) == 0) { rc = 0; goto done; }
+    if (!S_extend_timed && !(S_extend_timed = PyUnicode_InternFromString("extend_timed")))
+        goto done;
+    if (!S_join && !(S_join = PyUnicode_InternFromString("join"))) goto done;
+    if (PyList_GET_SIZE(b->all) == 1) {
+        data = PyList_GET_ITEM(b->all, 0);
+        Py_INCREF(data);
+    } else {
+        if (!(empty = PyBytes_FromStringAndSize(NULL, 0))) goto done;
+        if (!(data = PyObject_CallMethodObjArgs(empty, S_join, b->all, NULL))) goto done;
+    }
+    if (!(res = PyObject_CallMethodObjArgs(c->commit_log, S_append, data, NULL))) goto done;
+    Py_CLEAR(res);
+    for (int i = 0; i < b->nq; i++) {
+        pq_t *q = &b->q[i];
+        if (!q->n) continue;
+        if (!(res = PyObject_CallMethodObjArgs(q->queue, S_extend_timed, q->records, q->codes,
+                                               q->times, NULL)))
+            goto done;
+        Py_CLEAR(res);
+    }
+    for (int i = 0; i < b->nq; i++) {
+        pq_t *q = &b->q[i];
+        if (!q->n) continue;
+        PyObject *max_o = PyLong_FromLongLong(q->base + q->n);
+        if (!max_o) goto done;
+        res = PyObject_CallMethodObjArgs(c->long_poll, S_notify, q->topic_o, q->qid_o, max_o,
+                                         q->codes, NULL);
+        Py_DECREF(max_o);
+        if (!res) goto done;
+        Py_CLEAR(res);
+    }
+    rc = 0;
+done:
+    Py_XDECREF(empty); Py_XDECREF(data); Py_XDECREF(res);
+    batch_clear(b);
     return rc;
 }
 
@@ -631,6 +789,31 @@ static PyObject *half_send(const ctx_t *c, const req_t *r, int ser, const uint8_
  * search of the half queue), copied; NULL without an error when there is none. The record at
  * queue offset ``hint`` (the request's tranStateTableOffset) is looked at first: commit-log
  * offsets are unique, so when it matches it is the one the search finds. */
+/* find_half among the half records this run has not yet stored (batch mode): a half sent
+ * earlier in the same chunk; a new reference, NULL without an error when there is none. */
+static PyObject *find_pending_half(batch_t *b, int64_t phys, int64_t hint,
+                                   int64_t *queue_offset) {
+    pq_t *q = pq_find(b, HALF_TOPIC, 0);
+    if (!q || !q->n) return NULL;
+    Py_ssize_t lo = 0, hi = q->n, probe = -1;
+    if (hint >= q->base && hint - q->base < hi) probe = (Py_ssize_t)(hint - q->base);
+    while (lo < hi) {
+        Py_ssize_t mid = probe >= 0 ? probe : (lo + hi) / 2;
+        probe = -1;
+        PyObject *rec = PyList_GET_ITEM(q->records, mid);
+        const uint8_t *r = (const uint8_t *)PyBytes_AS_STRING(rec);
+        if (PyBytes_GET_SIZE(rec) < 36) return NULL;
+        int64_t at = ((int64_t)(uint32_t)rd32(r + 28) << 32) | (uint32_t)rd32(r + 32);
+        if (at == phys) {
+            *queue_offset = q->base + mid;
+            Py_INCREF(rec);
+            return rec;
+        }
+        if (at < phys) lo = mid + 1; else hi = mid;
+    }
+    return NULL;
+}
+
 static PyObject *find_half(const ctx_t *c, int64_t phys, int64_t hint, int64_t *queue_offset) {
     PyObject *key = Py_BuildValue("(si)", HALF_TOPIC, 0);  /* store.existing_queue */
     if (!key) return NULL;
@@ -673,6 +856,8 @@ done:
     if (have_ends) PyBuffer_Release(&ends);
     Py_XDECREF(ends_o); Py_XDECREF(buf_o);
     Py_DECREF(queue);
+    if (!out && !PyErr_Occurred() && c->b)
+        out = find_pending_half(c->b, phys, hint, queue_offset);
     return out;
 }
 
@@ -864,15 +1049,83 @@ static int json_safe(const char *s) {
     return 1;
 }
 
+/* Set when a batch's store raised, cleared by a call that stores a record at a time without
+ * an error: while the store keeps failing (a full disk), a call does not try the batch first
+ * and then again record by record (each call takes the rest of a chunk after a failed frame,
+ * so that would be quadratic in its frames). Either way stores the same. */
+static int unbatched_next;
+
 /* serve_tx(data, store, long_poll, crc32, store_host, born_host, cluster, trace_on, region,
  *          max_message_size, version) -> (answers, consumed, sends, ends)
+ * Answers the whole frames at the start of ``data`` while each is one this path takes;
+ * ``consumed`` bytes of ``data`` were handled (oneway ones have no answer), the rest is for
+ * the Python path. */
+/* One pass over the whole frames at the start of d[0, len): their answers appended to
+ * ``answers``, *used the bytes taken, counts[] the sends and ends, *failed (exception, frame
+ * size) for a frame whose Python call raised. In batch mode (c->b) the records are stored at
+ * the end (flush_batch), or before the failing frame's exception is handed back. Returns 0;
+ * 1 when the batch's store raised (nothing of the pass was stored: the caller runs the
+ * frames again a record at a time, where the failure falls on the record whose append
+ * raises, as in the Python path); -1 on an error that ends the call. */
+static int run(const ctx_t *c, const uint8_t *d, Py_ssize_t len, PyObject *answers,
+               Py_ssize_t *used, Py_ssize_t counts[2], PyObject **failed) {
+    Py_ssize_t pos = 0;
+    while (len - pos >= 4) {
+        int32_t length = rd32(d + pos);
+        if (length < 4 || (int64_t)length + 4 > MAX_FRAME || len - pos - 4 < length) break;
+        if (c->b && c->b->nq > MAX_PQ - 2) break;  /* a frame meets at most two new queues */
+        int kind = -1;
+        PyObject *a = answer(c, d + pos + 4, length, &kind);
+        if (!a) {
+            /* A Python error in the middle of a run (the store's append raising, say): the
+             * frames before it stand (stored, answered); this one goes back to the caller with
+             * the exception, to be answered SYSTEM_ERROR as the Python path's dispatch does. */
+            if (!PyErr_Occurred()) break;
+            if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyErr_NormalizeException(&type, &value, &tb);
+            if (tb && value) PyException_SetTraceback(value, tb);
+            Py_XDECREF(type);
+            Py_XDECREF(tb);
+            if (!value) return -1;
+            if (c->b && flush_batch(c) < 0) {  /* what the frames before it (and its own
+                                                * records before the error) stored */
+                Py_DECREF(value);
+                if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+                PyErr_Clear();
+                return 1;
+            }
+            if (!(*failed = Py_BuildValue("(Nn)", value, (Py_ssize_t)length + 4))) return -1;
+            *used = pos;
+            return 0;
+        }
+        int rc = a == Py_None ? 0 : PyList_Append(answers, a);
+        Py_DECREF(a);
+        if (rc < 0) return -1;
+        counts[kind]++;
+        pos += 4 + length;
+    }
+    *used = pos;
+    if (c->b && flush_batch(c) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+        PyErr_Clear();
+        return 1;
+    }
+    return 0;
+}
+
+/* serve_tx(data, store, long_poll, crc32, store_host, born_host, cluster, trace_on, region,
+ *          max_message_size, version) -> (answers, consumed, sends, ends, failed)
  * Answers the whole frames at the start of ``data`` while each is one this path takes;
  * ``consumed`` bytes of ``data`` were handled (oneway ones have no answer), the rest is for
  * the Python path. */
 static PyObject *serve_tx(PyObject *self, PyObject *args) {
     Py_buffer data;
     ctx_t c;
+    batch_t batch;
     memset(&c, 0, sizeof(c));
+    memset(&batch, 0, sizeof(batch));
     if (!PyArg_ParseTuple(args, "y*OOOy#y#sssLi", &data, &c.store, &c.long_poll, &c.crc32,
                           &c.store_host, &c.store_host_len, &c.born_host, &c.born_host_len,
                           &c.cluster, &c.trace_on, &c.region, &c.max_message_size, &c.version))
@@ -891,33 +1144,20 @@ static PyObject *serve_tx(PyObject *self, PyObject *args) {
         if (!(c.queues = PyObject_GetAttrString(c.store, "queues"))) goto fail;
         if (!PyDict_Check(c.topics) || !PyDict_Check(c.queues)) usable = 0;
     }
-    const uint8_t *d = data.buf;
-    while (usable && data.len - pos >= 4) {
-        int32_t length = rd32(d + pos);
-        if (length < 4 || (int64_t)length + 4 > MAX_FRAME || data.len - pos - 4 < length) break;
-        int kind = -1;
-        PyObject *a = answer(&c, d + pos + 4, length, &kind);
-        if (!a) {
-            /* A Python error in the middle of a run (the store's append raising, say): the
-             * frames before it stand (stored, answered); this one goes back to the caller with
-             * the exception, to be answered SYSTEM_ERROR as the Python path's dispatch does. */
-            if (!PyErr_Occurred()) break;
-            if (!PyErr_ExceptionMatches(PyExc_Exception)) goto fail;
-            PyObject *type, *value, *tb;
-            PyErr_Fetch(&type, &value, &tb);
-            PyErr_NormalizeException(&type, &value, &tb);
-            if (tb && value) PyException_SetTraceback(value, tb);
-            Py_XDECREF(type);
-            Py_XDECREF(tb);
-            if (!value) goto fail;
-            if (!(failed = Py_BuildValue("(Nn)", value, (Py_ssize_t)length + 4))) goto fail;
-            break;
+    if (usable) {
+        c.b = unbatched_next ? NULL : &batch;
+        int rc = run(&c, data.buf, data.len, answers, &pos, counts, &failed);
+        if (rc == 1) {  /* the batch was not stored: again, a record at a time */
+            unbatched_next = 1;
+            Py_DECREF(answers);
+            if (!(answers = PyList_New(0))) goto fail;
+            counts[0] = counts[1] = 0;
+            pos = 0;
+            c.b = NULL;
+            rc = run(&c, data.buf, data.len, answers, &pos, counts, &failed);
         }
-        int rc = a == Py_None ? 0 : PyList_Append(answers, a);
-        Py_DECREF(a);
         if (rc < 0) goto fail;
-        counts[kind]++;
-        pos += 4 + length;
+        if (!c.b && !failed) unbatched_next = 0;
     }
     Py_XDECREF(c.topics);
     Py_XDECREF(c.commit_log);
@@ -929,6 +1169,7 @@ static PyObject *serve_tx(PyObject *self, PyObject *args) {
     }
     return Py_BuildValue("(NnnnN)", answers, pos, counts[0], counts[1], failed);
 fail:
+    batch_clear(&batch);
     Py_XDECREF(answers);
     Py_XDECREF(failed);
     Py_XDECREF(c.topics);
