@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 from array import array
 from bisect import bisect_left, bisect_right
+from itertools import accumulate
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 _LONG = struct.Struct(">q")
@@ -81,11 +82,9 @@ class ConsumeQueue:
         call (the embedded broker's C transactional path stores a chunk's records so, see
         native/rmq_serve_tx.c). Returns the first one's offset."""
         offset = self._first + len(self._ends)
-        end = self._buf_start + len(self._buf)
-        ends = self._ends
-        for rec in records:
-            end += len(rec)
-            ends.append(end)
+        # the ends without a Python loop: start + the running total of the sizes
+        self._ends.extend(map((self._buf_start + len(self._buf)).__add__,
+                              accumulate(map(len, records))))
         self._buf += b"".join(records)
         self._tags.extend(tag_codes)
         self._times.extend(store_timestamps)
