@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "rmq_bytes.h"
 #include "rmq_reqhdr.h"
@@ -320,6 +321,7 @@ typedef struct {
     long long max_message_size;
     int version;
     struct batch *b;  /* the records of this run not yet in the store; NULL: store each now */
+    int own_clock;    /* store.now is BrokerStore.now itself (store_now reads it in C) */
 } ctx_t;
 
 /* The run's records not yet handed to the store (batch mode): the commit log is appended once
@@ -367,6 +369,46 @@ static int attr_ll(PyObject *o, PyObject *name, long long *out) {
     *out = PyLong_AsLongLong(v);
     Py_DECREF(v);
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* Whether store.now is embedded/store.py's BrokerStore.now bound to the store (not a
+ * subclass's, not a clock a test put on the instance): 1, 0, or -1 with an error. */
+static PyObject *broker_now, *S_last_ts;
+
+static int own_clock(PyObject *store) {
+    if (!S_last_ts && !(S_last_ts = PyUnicode_InternFromString("_last_ts"))) return -1;
+    if (!broker_now) {
+        PyObject *mod = PyImport_ImportModule("rocketmq_spark.embedded.store");
+        PyObject *cls = mod ? PyObject_GetAttrString(mod, "BrokerStore") : NULL;
+        broker_now = cls ? PyObject_GetAttrString(cls, "now") : NULL;
+        Py_XDECREF(mod);
+        Py_XDECREF(cls);
+        if (!broker_now) { PyErr_Clear(); return 0; }
+    }
+    PyObject *m = PyObject_GetAttr(store, S_now);
+    if (!m) return -1;
+    int mine = PyMethod_Check(m) && PyMethod_GET_FUNCTION(m) == broker_now &&
+               PyMethod_GET_SELF(m) == store;
+    Py_DECREF(m);
+    return mine;
+}
+
+/* store.now() (a new reference). BrokerStore.now itself is done here, as it reads:
+ * max(int(time.time() * 1000), self._last_ts), stored back in _last_ts; time.time()'s double
+ * as CPython makes it from CLOCK_REALTIME (_PyTime_AsSecondsDouble). Any other clock is
+ * called. */
+static PyObject *store_now(const ctx_t *c) {
+    if (!c->own_clock) return PyObject_CallMethodObjArgs(c->store, S_now, NULL);
+    struct timespec ts;
+    if (clock_gettime(CLOCK_REALTIME, &ts) < 0) return PyErr_SetFromErrno(PyExc_OSError);
+    int64_t ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    double secs = ns % 1000000000 == 0 ? (double)(ns / 1000000000) : (double)ns / 1e9;
+    long long ms = (long long)(secs * 1000.0), last;
+    if (attr_ll(c->store, S_last_ts, &last) < 0) return NULL;
+    if (last > ms) ms = last;
+    PyObject *o = PyLong_FromLongLong(ms);
+    if (o && PyObject_SetAttr(c->store, S_last_ts, o) < 0) Py_CLEAR(o);
+    return o;
 }
 
 /* The topic's config in store.topics, borrowed; NULL (no error) when there is none. */
@@ -422,7 +464,7 @@ static int store_record(const ctx_t *c, const char *topic, int64_t queue_id, int
     if (!(topic_o = PyUnicode_FromString(topic)) || !(qid = PyLong_FromLongLong(queue_id)))
         goto done;
     if (!(queue = get_queue(c, topic_o, qid))) goto done;
-    if (!(now_o = PyObject_CallMethodObjArgs(c->store, S_now, NULL))) goto done;
+    if (!(now_o = store_now(c))) goto done;
     now = PyLong_AsLongLong(now_o);
     if (now == -1 && PyErr_Occurred()) goto done;
     if (queue_max_offset(queue, &offset) < 0 || attr_ll(c->commit_log, S_size, &phys) < 0)
@@ -505,7 +547,7 @@ static int store_batched(const ctx_t *c, const char *topic, int64_t queue_id, in
         if (attr_ll(c->commit_log, S_size, &b->log_base) < 0) return -1;
         b->have_base = 1;
     }
-    PyObject *now_o = PyObject_CallMethodObjArgs(c->store, S_now, NULL);
+    PyObject *now_o = store_now(c);
     if (!now_o) return -1;
     long long now = PyLong_AsLongLong(now_o);
     if (now == -1 && PyErr_Occurred()) { Py_DECREF(now_o); return -1; }
@@ -1143,6 +1185,7 @@ static PyObject *serve_tx(PyObject *self, PyObject *args) {
         if (!(c.commit_log = PyObject_GetAttrString(c.store, "commit_log"))) goto fail;
         if (!(c.queues = PyObject_GetAttrString(c.store, "queues"))) goto fail;
         if (!PyDict_Check(c.topics) || !PyDict_Check(c.queues)) usable = 0;
+        if ((c.own_clock = own_clock(c.store)) < 0) goto fail;
     }
     if (usable) {
         c.b = unbatched_next ? NULL : &batch;
