@@ -573,8 +573,9 @@ static int store_batched(const ctx_t *c, const char *topic, int64_t queue_id, in
  * then one long_poll.notify_arrival_soon per queue with the queue's new max offset and the
  * tag codes stored (what the per-record calls would have woken: a pull parks at the queue's
  * max offset, so every record of the run is at or after it). Returns 0, or -1 with an error
- * set; when the commit log's append raised, nothing was stored. The pending records are
- * forgotten either way. */
+ * set: -1 when the commit log's append raised (nothing was stored), -2 when a later call did
+ * (the records are in the log: not to be stored again). The pending records are forgotten
+ * either way. */
 static PyObject *S_extend_timed, *S_join;
 
 static int flush_batch(const ctx_t *c) {
@@ -594,6 +595,7 @@ static int flush_batch(const ctx_t *c) {
     }
     if (!(res = PyObject_CallMethodObjArgs(c->commit_log, S_append, data, NULL))) goto done;
     Py_CLEAR(res);
+    rc = -2;
     for (int i = 0; i < b->nq; i++) {
         pq_t *q = &b->q[i];
         if (!q->n) continue;
@@ -1108,7 +1110,9 @@ static int unbatched_next;
  * the end (flush_batch), or before the failing frame's exception is handed back. Returns 0;
  * 1 when the batch's store raised (nothing of the pass was stored: the caller runs the
  * frames again a record at a time, where the failure falls on the record whose append
- * raises, as in the Python path); -1 on an error that ends the call. */
+ * raises, as in the Python path); -1 on an error that ends the call (the server then closes
+ * the connection), as when a queue's extend or the notify raises after the log took the
+ * records. */
 static int run(const ctx_t *c, const uint8_t *d, Py_ssize_t len, PyObject *answers,
                Py_ssize_t *used, Py_ssize_t counts[2], PyObject **failed) {
     Py_ssize_t pos = 0;
@@ -1131,10 +1135,11 @@ static int run(const ctx_t *c, const uint8_t *d, Py_ssize_t len, PyObject *answe
             Py_XDECREF(type);
             Py_XDECREF(tb);
             if (!value) return -1;
-            if (c->b && flush_batch(c) < 0) {  /* what the frames before it (and its own
-                                                * records before the error) stored */
+            int flushed = c->b ? flush_batch(c) : 0;  /* what the frames before it (and
+                                                        * its own records before it) built */
+            if (flushed < 0) {
                 Py_DECREF(value);
-                if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+                if (flushed == -2 || !PyErr_ExceptionMatches(PyExc_Exception)) return -1;
                 PyErr_Clear();
                 return 1;
             }
@@ -1149,8 +1154,9 @@ static int run(const ctx_t *c, const uint8_t *d, Py_ssize_t len, PyObject *answe
         pos += 4 + length;
     }
     *used = pos;
-    if (c->b && flush_batch(c) < 0) {
-        if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+    int flushed = c->b ? flush_batch(c) : 0;
+    if (flushed < 0) {
+        if (flushed == -2 || !PyErr_ExceptionMatches(PyExc_Exception)) return -1;
         PyErr_Clear();
         return 1;
     }
