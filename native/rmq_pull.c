@@ -45,6 +45,7 @@
 #include "rmq_bytes.h"
 #include "rmq_hmac.h"
 #include "rmq_pull.h"
+#include "rmq_reqhdr.h"
 
 #define MAX_FRAME (16 * 1024 * 1024)
 #define MAX_DEPTH 64
@@ -164,119 +165,63 @@ static int take_field(head_t *h, const uint8_t *k, Py_ssize_t kl, const uint8_t 
     return 1;
 }
 
-/* ROCKETMQ binary header (see rocketmq_spark/client/protocol/frame.py). 0 ok, -1 malformed. */
-static int parse_binary(const uint8_t *h, Py_ssize_t n, head_t *out) {
-    if (n < 21) return -1;
-    out->code = rd16(h);
-    out->opaque = rd32(h + 5);
-    out->flag = rd32(h + 9);
-    Py_ssize_t pos = 13;
-    int32_t rl = rd32(h + pos);
-    pos += 4;
-    if (rl < 0 || pos + rl + 4 > n) return -1;
-    pos += rl;
-    int32_t el = rd32(h + pos);
-    pos += 4;
-    if (el < 0 || pos + el != n) return -1;
-    int bad = 0;
-    while (pos < n) {
-        if (pos + 2 > n) return -1;
-        int16_t kl = rd16(h + pos);
-        if (kl < 0 || pos + 2 + kl + 4 > n) return -1;
-        const uint8_t *k = h + pos + 2;
-        pos += 2 + kl;
-        int32_t vl = rd32(h + pos);
-        if (vl < 0 || pos + 4 + vl > n) return -1;
-        take_field(out, k, kl, h + pos + 4, vl, &bad);
-        pos += 4 + vl;
-    }
-    out->parsed = !bad;
+/* ROCKETMQ binary header (see rocketmq_spark/client/protocol/frame.py), walked by the shared
+ * reader of rmq_reqhdr.h. 0 ok, -1 not for this loop (malformed, or text that is not ASCII:
+ * the Python decoder judges it). */
+typedef struct { head_t *head; int bad, have; } take_ctx_t;
+
+static int take_ext(void *ctx, const uint8_t *k, Py_ssize_t kl, int kesc, const uint8_t *v,
+                    Py_ssize_t vl, int vstr, int vesc) {
+    take_ctx_t *c = ctx;
+    (void)kesc; (void)vstr; (void)vesc;  /* a binary header has no escapes */
+    take_field(c->head, k, kl, v, vl, &c->bad);
     return 0;
 }
 
-#include "rmq_json.h"  /* ws, jstring, jnumber, jskip */
-
-/* A JSON integer at p (no fraction or exponent) into *v; NULL otherwise. */
-static const uint8_t *jint(const uint8_t *p, const uint8_t *e, int64_t *v) {
-    const uint8_t *s = p, *end = jnumber(p, e);
-    if (!end) return NULL;
-    for (p = s; p < end; p++)
-        if (*p == '.' || *p == 'e' || *p == 'E') return NULL;
-    if (parse_dec(s, end - s, v) < 0) return NULL;
-    return end;
+static int parse_binary(const uint8_t *h, Py_ssize_t n, head_t *out) {
+    take_ctx_t c = {out, 0, 0};
+    if (hdr_read_binary(h, n, &out->code, &out->opaque, &out->flag, take_ext, &c) < 0)
+        return -1;
+    out->parsed = !c.bad;
+    return 0;
 }
 
-/* fastjson's header: code, flag, opaque and the wanted extFields. -1 if it cannot be read
- * here (Python's json module then decides); parsed=0 if a wanted field is odd. */
-static int parse_json(const uint8_t *p, Py_ssize_t n, head_t *out) {
-    const uint8_t *e = p + n;
-    int have = 0, bad = 0, ext_seen = 0;
-    if (n >= 3 && p[0] == 0xEF && p[1] == 0xBB && p[2] == 0xBF) p += 3;
-    for (const uint8_t *c = p; c < e; c++)
-        if (*c >= 0x80) return -1;  /* not plain ASCII: Python checks the UTF-8 */
-    p = ws(p, e);
-    if (p >= e || *p != '{') return -1;
-    p = ws(p + 1, e);
-    if (p < e && *p == '}') return -1;
-    for (;;) {
-        const uint8_t *k; Py_ssize_t kl; int esc;
-        p = jstring(ws(p, e), e, &k, &kl, &esc);
-        if (!p || esc) return -1;
-        p = ws(p, e);
-        if (p >= e || *p != ':') return -1;
-        p = ws(p + 1, e);
-        int64_t v;
-        if ((kl == 4 && memcmp(k, "code", 4) == 0) || (kl == 4 && memcmp(k, "flag", 4) == 0) ||
-            (kl == 6 && memcmp(k, "opaque", 6) == 0)) {
-            p = jint(p, e, &v);
-            if (!p || v < INT32_MIN || v > INT32_MAX) return -1;
-            if (k[0] == 'c') { out->code = (int32_t)v; have |= 1; }
-            else if (k[0] == 'f') { out->flag = (int32_t)v; have |= 2; }
-            else { out->opaque = (int32_t)v; have |= 4; }
-        } else if (kl == 9 && memcmp(k, "extFields", 9) == 0 && p < e && *p == '{') {
-            if (ext_seen++) return -1;  /* json keeps the last object whole: Python decides */
-            p = ws(p + 1, e);
-            if (p < e && *p == '}') p++;
-            else for (;;) {
-                const uint8_t *fk, *fv; Py_ssize_t fkl, fvl; int fesc, vesc = 0;
-                p = jstring(ws(p, e), e, &fk, &fkl, &fesc);
-                if (!p) return -1;
-                p = ws(p, e);
-                if (p >= e || *p != ':') return -1;
-                p = ws(p + 1, e);
-                const uint8_t *vstart = p;
-                if (p < e && *p == '"') {
-                    p = jstring(p, e, &fv, &fvl, &vesc);
-                } else {
-                    p = jskip(p, e, 1);
-                    fv = vstart;
-                    fvl = p ? p - vstart : 0;
-                }
-                if (!p) return -1;
-                if (!fesc) {
-                    head_t tmp = *out;
-                    int odd = 0;
-                    if (take_field(&tmp, fk, fkl, fv, fvl, &odd)) {
-                        if (vesc || odd) bad = 1;
-                        else *out = tmp;
-                    }
-                }
-                p = ws(p, e);
-                if (p < e && *p == ',') { p++; continue; }
-                if (p < e && *p == '}') { p++; break; }
-                return -1;
-            }
-        } else {
-            p = jskip(p, e, 1);
-            if (!p) return -1;
-        }
-        p = ws(p, e);
-        if (p < e && *p == ',') { p++; continue; }
-        if (p < e && *p == '}') { p++; break; }
-        return -1;
+/* fastjson's header: code, flag, opaque and the wanted extFields, walked by the shared reader
+ * of rmq_reqhdr.h. -1 if it cannot be read here (Python's json module then decides);
+ * parsed=0 if a wanted field is odd. */
+static int take_top(void *ctx, const uint8_t *k, Py_ssize_t kl, const uint8_t *v,
+                    Py_ssize_t vl) {
+    take_ctx_t *c = ctx;
+    int32_t x, *dst;
+    int bit;
+    if (kl == 4 && memcmp(k, "code", 4) == 0) { dst = &c->head->code; bit = 1; }
+    else if (kl == 4 && memcmp(k, "flag", 4) == 0) { dst = &c->head->flag; bit = 2; }
+    else if (kl == 6 && memcmp(k, "opaque", 6) == 0) { dst = &c->head->opaque; bit = 4; }
+    else return 0;
+    if (hdr_json_int32(v, vl, &x) < 0) return -1;
+    *dst = x;
+    c->have |= bit;
+    return 0;
+}
+
+static int take_json_ext(void *ctx, const uint8_t *k, Py_ssize_t kl, int kesc,
+                         const uint8_t *v, Py_ssize_t vl, int vstr, int vesc) {
+    take_ctx_t *c = ctx;
+    (void)vstr;
+    if (kesc) return 0;  /* not a name this loop wants */
+    head_t tmp = *c->head;
+    int odd = 0;
+    if (take_field(&tmp, k, kl, v, vl, &odd)) {
+        if (vesc || odd) c->bad = 1;
+        else *c->head = tmp;
     }
-    if (ws(p, e) != e || !(have & 1)) return -1;
-    out->parsed = !bad;
+    return 0;
+}
+
+static int parse_json(const uint8_t *p, Py_ssize_t n, head_t *out) {
+    take_ctx_t c = {out, 0, 0};
+    if (hdr_read_json(p, n, take_top, take_json_ext, &c) < 0 || !(c.have & 1)) return -1;
+    out->parsed = !c.bad;
     return 0;
 }
 
