@@ -281,18 +281,7 @@ class Connection:
             frames.append(encode_frame(cmd, self._serialization(cmd)))
             futures.append(None if oneway else ResponseFuture(cmd.opaque,
                                                               code_name(cmd.code, False)))
-        if not oneway:
-            with self._cond:
-                for future in futures:
-                    self._pending[future.opaque] = future
-        try:
-            with self._send_lock:
-                self._transport.send(frames[0] if len(frames) == 1 else b"".join(frames))
-        except (OSError, ssl.SSLError) as exc:
-            self._fail(f"send failed: {exc}")
-            raise self._unavailable(self.address, f"send failed: {exc}") from None
-        self.last_used = time.monotonic()
-        return futures
+        return self._write(frames[0] if len(frames) == 1 else b"".join(frames), futures)
 
     def send_encoded(self, count: int, encode: Callable[[List[int]], Any], request_name: str,
                      oneway: bool = False) -> List[Optional[ResponseFuture]]:
@@ -306,11 +295,17 @@ class Connection:
             raise self._unavailable(self.address, self._close_reason or "connection closed")
         opaques = [next(self._opaque) & 0x7FFFFFFF for _ in range(count)]
         data = encode(opaques)
-        futures: List[Optional[ResponseFuture]] = [None] * count
-        if not oneway:
-            futures = [ResponseFuture(o, request_name) for o in opaques]
+        futures: List[Optional[ResponseFuture]] = [None] * count if oneway else [
+            ResponseFuture(o, request_name) for o in opaques]
+        return self._write(data, futures)
+
+    def _write(self, data: Any, futures: List[Optional[ResponseFuture]]
+               ) -> List[Optional[ResponseFuture]]:
+        """Register the futures of the requests in ``data`` (None: oneway), then write it."""
+        waiting = [f for f in futures if f is not None]
+        if waiting:
             with self._cond:
-                for future in futures:
+                for future in waiting:
                     self._pending[future.opaque] = future
         try:
             with self._send_lock:

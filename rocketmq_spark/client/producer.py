@@ -121,10 +121,6 @@ class EncodedRun:
     def __len__(self) -> int:
         return len(self.ids)
 
-    @property
-    def first_id(self) -> str:
-        return self.ids[0] if self.ids else ""
-
 
 BATCH_HEADER_PROPERTIES = P.encode_properties({P.WAIT: "true"})
 
