@@ -81,10 +81,10 @@ class RemotingClient:
         cmd.version = self.config.version
         self.connection(address, unavailable).invoke_oneway(cmd)
 
-    def close_connection(self, address: str) -> None:
-        conn = self._connections.pop(address, None)
-        if conn is not None:
-            conn.close()
+    def existing_connection(self, address: str) -> Optional[Connection]:
+        """The connection to ``address`` if one was made (open or closed), without connecting:
+        for callers that watch a peer's connection rather than talk to it."""
+        return self._connections.get(address)
 
     def close(self) -> None:
         self._closed = True

@@ -350,7 +350,7 @@ class CheckResponder:
                 for a in list(self._addresses):
                     self._heartbeat(a)
             for a in list(self._addresses):
-                conn = self.remoting._connections.get(a)
+                conn = self.remoting.existing_connection(a)
                 if conn is None or conn.closed:
                     # reconnect and register again, at most once a second per broker
                     if time.monotonic() - self._retried.get(a, 0.0) >= 1.0:

@@ -257,7 +257,7 @@ class GroupMember:
         """Read what the brokers sent on our connections (notifications, running-info asks),
         and notice a connection the broker closed: the member must heartbeat again."""
         for address in sorted(set(self.addresses.values())):
-            conn = self.admin.remoting._connections.get(address)
+            conn = self.admin.remoting.existing_connection(address)
             if conn is not None and not conn.poll():
                 with self._lock:
                     self._notified = True
