@@ -1,6 +1,8 @@
 """rocketmq-spark: the Apache RocketMQ connector for Spark Structured Streaming."""
 
-__version__ = "0.1.0"
+from .client.version import __version__
+
+__all__ = ["RocketMQLagListener", "__version__", "register"]
 
 
 def __getattr__(name):

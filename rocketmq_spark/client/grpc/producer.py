@@ -29,7 +29,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import grpc
 from grpc import aio
 
-from ... import __version__
+from ..version import __version__
 from ..acl import Credentials
 from ..errors import ClientClosed, ProxyError, RequestTimeout, RocketMQError, RouteNotFound
 from ..producer import Message, SendResult
