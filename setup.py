@@ -1,14 +1,32 @@
-"""Build hook for the optional C accelerator; all metadata lives in setup.cfg.
+"""Build hook for the optional C accelerators; all metadata lives in setup.cfg.
 
-``optional=True``: without a C compiler or Python headers the build skips the extension and the
-package falls back to its pure-Python decoder.
+Two extensions, by who they serve:
+
+* ``rocketmq_spark.client._native`` (native/client/): the connector's own C, the pull body
+  decoder, the pull loop, the binary header codec and the ACL signer's HMAC;
+* ``rocketmq_spark.embedded._native`` (native/embedded/): the embedded test broker's fast
+  paths for plain pulls and exactly-once writes; nothing the connector ships calls it.
+
+Both share the frame readers of native/common/. ``optional=True``: without a C compiler or
+Python headers the build skips them and the package falls back to its pure-Python code.
 """
+from glob import glob
+
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("rocketmq_spark._native",
-                             ["native/rmq_native.c", "native/rmq_pull.c", "native/rmq_header.c",
-                              "native/rmq_serve.c", "native/rmq_serve_tx.c", "native/rmq_hmac.c"],
-                             include_dirs=["native"],
-                             depends=["native/rmq_pull.h", "native/rmq_hmac.h", "native/rmq_json.h", "native/rmq_bytes.h",
-                                      "native/rmq_reqhdr.h"],
-                             extra_compile_args=["-O3"], optional=True)])
+COMMON_HEADERS = sorted(glob("native/common/*.h"))
+
+
+def extension(package: str, folder: str, sources: list) -> Extension:
+    """``package``'s ``_native`` built from ``sources`` of native/``folder``."""
+    return Extension(f"rocketmq_spark.{package}._native",
+                     [f"native/{folder}/{source}" for source in sources],
+                     include_dirs=[f"native/{folder}", "native/common"],
+                     depends=COMMON_HEADERS + sorted(glob(f"native/{folder}/*.h")),
+                     extra_compile_args=["-O3"], optional=True)
+
+
+setup(ext_modules=[
+    extension("client", "client", ["rmq_native.c", "rmq_pull.c", "rmq_header.c", "rmq_hmac.c"]),
+    extension("embedded", "embedded", ["rmq_embedded.c", "rmq_serve.c", "rmq_serve_tx.c"]),
+])

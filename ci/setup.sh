@@ -33,7 +33,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 # Reinstall when the metadata or the C accelerator changes (the editable install builds
 # native/ once; a stale library would silently leave the pure-Python fallback in use).
-stamp="$VENV/.installed-$(cat setup.cfg pyproject.toml setup.py native/*.[ch] | sha1sum | cut -c1-12)"
+stamp="$VENV/.installed-$(find native -name '*.[ch]' | LC_ALL=C sort | xargs cat setup.cfg pyproject.toml setup.py | sha1sum | cut -c1-12)"
 if [ ! -e "$stamp" ]; then
     echo "setup: installing rocketmq-spark with its test extras into $VENV" >&2
     "$VENV/bin/python" -m pip install --quiet --upgrade pip >&2
