@@ -78,7 +78,7 @@ from bench_spark import (  # noqa: E402  (also puts the checkout on sys.path, se
 
 from rocketmq_spark.client import Message, Producer  # noqa: E402
 from rocketmq_spark.client.admin import Admin  # noqa: E402
-from rocketmq_spark.client.pipeline import Outgoing  # noqa: E402
+from rocketmq_spark.client.send_pipeline import Outgoing  # noqa: E402
 
 TOPICS = {"ours": "BenchSink", "client": "BenchClient", "cpp": "BenchCpp",
           "ceiling": "BenchCeiling", "grpc": "BenchGrpcSink", "eo": "BenchSinkEo",

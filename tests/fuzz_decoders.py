@@ -5,7 +5,7 @@ Every input goes to each decoder a broker or name server can reach:
 * frames: ``FrameDecoder().feed`` (whole, and split in two and in three), ``decode_frame``,
   ``decode_payload``;
 * pull bodies: ``decode_messages`` (with and without the CRC check), ``decode_columns`` with the
-  C accelerator and with its numpy twin (``columns.FORCE_PURE_PYTHON``), ``decode_batch``;
+  C accelerator and with its numpy twin (``pull_decode.FORCE_PURE_PYTHON``), ``decode_batch``;
 * route bodies: ``route.loads_lenient``, ``TopicRouteData.from_json``, ``ClusterInfo.from_json``.
 
 The only acceptable outcomes are success or the project's own :class:`ProtocolError` (and its
@@ -49,10 +49,10 @@ if __name__ == "__main__":  # under atheris; the hypothesis smoke test only impo
 if atheris is not None:  # instrument our modules for coverage
     with atheris.instrument_imports(include=["rocketmq_spark"]):
         from rocketmq_spark.client.errors import ProtocolError
-        from rocketmq_spark.client.protocol import columns, frame, message, route
+        from rocketmq_spark.client.protocol import pull_decode, frame, message, route
 else:
     from rocketmq_spark.client.errors import ProtocolError
-    from rocketmq_spark.client.protocol import columns, frame, message, route
+    from rocketmq_spark.client.protocol import pull_decode, frame, message, route
 
 
 class GuardedBuffer:
@@ -161,15 +161,15 @@ def check_frames(data: bytes) -> None:
 
 
 def _columns(data: bytes, pure: bool, verify_crc: bool, slim: bool):
-    saved = columns.FORCE_PURE_PYTHON
-    columns.FORCE_PURE_PYTHON = pure
+    saved = pull_decode.FORCE_PURE_PYTHON
+    pull_decode.FORCE_PURE_PYTHON = pure
     try:
         return _expect(f"decode_columns({'numpy' if pure else 'C'}, verify_crc={verify_crc})",
-                       data, lambda: columns.decode_columns(
+                       data, lambda: pull_decode.decode_columns(
                            data if pure else guarded(data), verify_crc=verify_crc,
                            properties=not slim, offset_ids=not slim))
     finally:
-        columns.FORCE_PURE_PYTHON = saved
+        pull_decode.FORCE_PURE_PYTHON = saved
 
 
 def _rows(result) -> Optional[list]:
@@ -181,7 +181,7 @@ def check_pull_body(data: bytes) -> None:
     for verify_crc in (True, False):
         scalar = _expect("decode_messages", data, lambda: message.decode_messages(
             data, verify_crc=verify_crc))
-        native = _columns(data, False, verify_crc, slim) if columns._native else None
+        native = _columns(data, False, verify_crc, slim) if pull_decode._native else None
         pure = _columns(data, True, verify_crc, slim)
         for other, name in ((native, "C"), (pure, "numpy")):
             if other is None:
@@ -364,7 +364,7 @@ def main(argv: List[str]) -> None:
         write_dictionary(dictionary)
         argv = argv + [f"-dict={dictionary}"]
     print(f"fuzz_decoders: {count} seeds in {corpora[0]}; C accelerator "
-          f"{'on' if columns._native else 'MISSING'}", flush=True)
+          f"{'on' if pull_decode._native else 'MISSING'}", flush=True)
     atheris.Setup(argv, TestOneInput)
     atheris.Fuzz()
 

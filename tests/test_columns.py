@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import rocketmq_spark.client.protocol.columns as C
+import rocketmq_spark.client.protocol.pull_decode as C
 from rocketmq_spark.client.errors import MessageDecodeError
 from rocketmq_spark.client.protocol import message as M
 from rocketmq_spark.client.protocol.properties import decode_properties

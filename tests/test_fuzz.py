@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 import fuzz_decoders as fz
 from rocketmq_spark.client.errors import MessageDecodeError, ProtocolError
-from rocketmq_spark.client.protocol import columns, message as M, route
+from rocketmq_spark.client.protocol import pull_decode, message as M, route
 from rocketmq_spark.client.protocol.frame import RemotingCommand, encode_frame
 
 HARNESS = Path(__file__).resolve().parent / "fuzz_decoders.py"
@@ -55,13 +55,13 @@ def test_the_harness_reports_an_out_of_range_position(monkeypatch):
         fz.check_one(b"{}")
 
 
-@pytest.mark.skipif(columns._native is None, reason="the C accelerator is not built")
+@pytest.mark.skipif(pull_decode._native is None, reason="the C accelerator is not built")
 def test_guard_page_ends_the_input_for_the_c_decoder():
     data = fz.seeds()[0]
     view = fz.guarded(data)
     if isinstance(view, memoryview):
         assert bytes(view) == data and view.readonly
-    assert columns.decode_columns(view).num_rows == 1
+    assert pull_decode.decode_columns(view).num_rows == 1
 
 
 # ------------------------------------------------------------------------ hypothesis smoke
@@ -180,7 +180,7 @@ def test_atheris_fuzz_for_a_minute(tmp_path):
     assert runs, tail
     assert int(runs.group(2)) >= 60 and elapsed >= 60
     assert int(runs.group(1)) > 10_000, tail  # it did fuzz, not stall on one input
-    assert "C accelerator on" in log or columns._native is None
+    assert "C accelerator on" in log or pull_decode._native is None
 
 
 # --------------------------------------------------- findings, kept as regular test cases
@@ -208,14 +208,14 @@ def _bad_utf8_props(offset: int) -> bytes:
 def _decoders(data: bytes):
     """(name, error) of every column decoder on ``data``."""
     out = []
-    for pure in ([True, False] if columns._native is not None else [True]):
-        saved = columns.FORCE_PURE_PYTHON
-        columns.FORCE_PURE_PYTHON = pure
+    for pure in ([True, False] if pull_decode._native is not None else [True]):
+        saved = pull_decode.FORCE_PURE_PYTHON
+        pull_decode.FORCE_PURE_PYTHON = pure
         try:
             with pytest.raises(MessageDecodeError) as err:
-                columns.decode_columns(data)
+                pull_decode.decode_columns(data)
         finally:
-            columns.FORCE_PURE_PYTHON = saved
+            pull_decode.FORCE_PURE_PYTHON = saved
         out.append(("numpy" if pure else "C", err.value))
     with pytest.raises(MessageDecodeError) as err:
         M.decode_messages(data)

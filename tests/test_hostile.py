@@ -13,7 +13,7 @@ import pytest
 from rocketmq_spark.client import MessageQueue, QueueRangeReader, ReadSettings
 from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.client.errors import MessageDecodeError
-from rocketmq_spark.client.protocol import columns
+from rocketmq_spark.client.protocol import pull_decode
 from rocketmq_spark.embedded.cluster import EmbeddedCluster
 from source_helpers import committed, ids_of, reader, run_available_now
 
@@ -43,9 +43,9 @@ def _read(cluster, mq, start, end, **settings):
 
 @pytest.fixture(params=["C", "numpy"])
 def decoder(request, monkeypatch):
-    if request.param == "C" and columns._native is None:
+    if request.param == "C" and pull_decode._native is None:
         pytest.skip("the C accelerator is not built")
-    monkeypatch.setattr(columns, "FORCE_PURE_PYTHON", request.param == "numpy")
+    monkeypatch.setattr(pull_decode, "FORCE_PURE_PYTHON", request.param == "numpy")
     return request.param
 
 

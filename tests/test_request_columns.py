@@ -1,4 +1,4 @@
-"""Requests spliced over columns (client/protocol/request_columns.py) against the codec.
+"""Requests spliced over columns (client/protocol/spliced_requests.py) against the codec.
 
 Every frame a :class:`RequestTemplate` makes must be byte for byte the frame
 :func:`encode_frame` makes of the same command, and decode back to the row's values."""
@@ -14,7 +14,7 @@ from rocketmq_spark.client.broker import send_command
 from rocketmq_spark.client.protocol.frame import (
     FLAG_ONEWAY, SerializeType, decode_payload, encode_frame,
 )
-from rocketmq_spark.client.protocol.request_columns import RequestTemplate, buffer_of
+from rocketmq_spark.client.protocol.spliced_requests import RequestTemplate, buffer_of
 from rocketmq_spark.client.transaction import (
     HalfHandle, Outcome, end_transaction_command,
 )

@@ -16,7 +16,7 @@ from rocketmq_spark.client.producer import queue_for_key
 from rocketmq_spark.client.protocol import properties as P
 from rocketmq_spark.client.protocol.message import BatchEntry, decode_batch, encode_batch
 from rocketmq_spark.client.protocol.route import MessageQueue
-from rocketmq_spark.client.protocol.send_columns import (
+from rocketmq_spark.client.protocol.send_encode import (
     encode_entries, entries_body, hex_row_ids, java_string_hashes, join_pieces, map_properties,
     property_piece,
 )

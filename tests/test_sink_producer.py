@@ -17,7 +17,7 @@ from rocketmq_spark.client import (
     BrokerUnavailable, Message, Producer, ResponseError, RouteNotFound,
 )
 from rocketmq_spark.client.admin import Admin
-from rocketmq_spark.client.pipeline import Outgoing, SendFailed
+from rocketmq_spark.client.send_pipeline import Outgoing, SendFailed
 from rocketmq_spark.client.producer import EncodedRequest, MessageTooLarge, queue_for_key
 from rocketmq_spark.client.protocol import properties as P
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rocketmq_spark.client.protocol import message as M
-from rocketmq_spark.client.protocol.columns import SCHEMA, decode_columns
+from rocketmq_spark.client.protocol.pull_decode import SCHEMA, decode_columns
 from rocketmq_spark.source import arrow as A
 
 pyspark = pytest.importorskip("pyspark")
@@ -267,7 +267,7 @@ class ArrowTestReader(DataSourceReader):
         self.properties = options.get("properties") == "true"
 
     def read(self, partition):
-        from rocketmq_spark.client.protocol.columns import decode_columns as decode
+        from rocketmq_spark.client.protocol.pull_decode import decode_columns as decode
         from rocketmq_spark.source.arrow import to_spark_batch
         columns = decode(self.body)
         half = columns.num_rows // 2

@@ -286,7 +286,7 @@ class Connection:
     def send_encoded(self, count: int, encode: Callable[[List[int]], Any], request_name: str,
                      oneway: bool = False) -> List[Optional[ResponseFuture]]:
         """Send ``count`` requests that ``encode(opaques)`` turns into frames (a bytes-like
-        of them back to back, e.g. from a :class:`~.protocol.request_columns.RequestTemplate`)
+        of them back to back, e.g. from a :class:`~.protocol.spliced_requests.RequestTemplate`)
         in one write; returns their futures. Not on a signing connection (each request's
         signature covers its own fields)."""
         if self.credentials is not None:

@@ -1,6 +1,6 @@
 """A producer: single and batch sends, queue choice, topic auto-creation through TBW102.
 
-Big volumes go through :meth:`Producer.send_many` (or a :class:`~.pipeline.SendPipeline` fed
+Big volumes go through :meth:`Producer.send_many` (or a :class:`~.send_pipeline.SendPipeline` fed
 with :class:`EncodedRequest` payloads, as the Spark sink does): batches of one queue each,
 several requests in flight per broker, retries on another broker.
 """
@@ -19,7 +19,7 @@ from .broker import BrokerClient, SendResponse, send_command
 from .config import ClientConfig
 from .errors import BrokerUnavailable, RocketMQError, RouteNotFound
 from .nameserver import NameServerClient
-from .pipeline import SEND_OK, Outgoing, SendPipeline
+from .send_pipeline import SEND_OK, Outgoing, SendPipeline
 from .protocol import message as M
 from .protocol import properties as P
 from .protocol.codes import DEFAULT_TOPIC, SEND_V2_KEYS
@@ -303,7 +303,7 @@ class Producer:
                 default_topic_queue_nums=self.default_topic_queue_nums,
                 messages=[(b, p.decode("utf-8"), run.sys_flag, run.flag)
                           for b, p in zip(bodies, props)])
-        from .protocol.request_columns import RequestTemplate, buffer_of
+        from .protocol.spliced_requests import RequestTemplate, buffer_of
 
         template = send_command(queue.broker_name, group, queue.topic, queue.queue_id, b"", "",
                                 run.sys_flag, run.flag, born, self.default_topic_queue_nums)
@@ -392,7 +392,7 @@ class Producer:
         ``SelectMessageQueueByHash``), in order; messages with a ``delay_level`` are sent one
         by one (brokers refuse delayed messages in a batch). Returns one result per request,
         in the order they were acknowledged. A request that cannot be acknowledged raises
-        :class:`~.pipeline.SendFailed`; the ones already acknowledged stay sent."""
+        :class:`~.send_pipeline.SendFailed`; the ones already acknowledged stay sent."""
         results: List[SendResult] = []
         pipeline = self.pipeline(max_in_flight_per_broker=in_flight,
                                  on_result=lambda item, queue, rs: results.extend(rs))

@@ -38,7 +38,7 @@ from . import native_pull
 from .broker import BrokerClient
 from .connection import PULL_RESPONSE
 from .errors import DataLossError, MessageDecodeError, RocketMQError, RouteNotFound
-from .protocol.columns import decode_columns
+from .protocol.pull_decode import decode_columns
 from .protocol.message import MIN_RECORD_SIZE
 from .protocol.properties import split_tags_expression
 from .protocol.route import MessageQueue
@@ -85,7 +85,7 @@ class ReadSettings:
 
 
 class QueueRangeReader:
-    """Iterate Arrow batches (schema :data:`~.protocol.columns.SCHEMA`) of ``[start, end)``."""
+    """Iterate Arrow batches (schema :data:`~.protocol.pull_decode.SCHEMA`) of ``[start, end)``."""
 
     def __init__(self, brokers: BrokerClient, resolve: AddressResolver, queue: MessageQueue,
                  start: int, end: int, settings: ReadSettings):

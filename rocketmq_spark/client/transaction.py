@@ -200,7 +200,7 @@ def _send_ends_spliced(conn: Connection, version: int, group: str,
     import numpy as np
     import pyarrow as pa
 
-    from .protocol.request_columns import RequestTemplate, buffer_of
+    from .protocol.spliced_requests import RequestTemplate, buffer_of
 
     template = end_transaction_command(group, HalfHandle("", "", "0", 0, 0, "0"), outcome)
     template.version = version

@@ -18,7 +18,7 @@ from typing import Optional
 
 import pyarrow as pa
 
-from ..client.protocol.send_columns import hex_row_ids
+from ..client.protocol.send_encode import hex_row_ids
 
 PREFIX_HEX = 24
 

@@ -13,7 +13,7 @@ from typing import Mapping, Optional, Tuple
 
 from ..client.acl import Credentials
 from ..client.config import parse_name_servers
-from ..client.pipeline import SEND_OK, SEND_STATUSES
+from ..client.send_pipeline import SEND_OK, SEND_STATUSES
 from ..client.producer import MAX_MESSAGE_SIZE
 from ..client.settings import ConnectionSettings
 from ..options import (

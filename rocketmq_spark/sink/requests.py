@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from ..client.protocol.route import MessageQueue
-from ..client.protocol.send_columns import java_string_hashes
+from ..client.protocol.send_encode import java_string_hashes
 from .transport import Prepared
 
 Request = Tuple[str, Optional[MessageQueue], np.ndarray, bool]  # topic, fixed queue, rows, single

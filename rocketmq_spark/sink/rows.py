@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from ..client.producer import MAX_DELAY_LEVEL
 from ..client.protocol.properties import SYSTEM_PROPERTIES, TRANSIENT_PREFIX
-from ..client.protocol.send_columns import first_index, map_properties
+from ..client.protocol.send_encode import first_index, map_properties
 from .ids import TaskIdentity, message_ids
 from .options import TOPIC, SinkOptions
 from .schema import ColumnPlan

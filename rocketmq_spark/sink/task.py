@@ -14,7 +14,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 import pyarrow as pa
 
 from ..client.errors import RocketMQError
-from ..client.pipeline import Outgoing, SendPipeline
+from ..client.send_pipeline import Outgoing, SendPipeline
 from ..client.transaction import Outcome, end_transactions
 from .ids import TaskIdentity, message_id
 from .options import SinkOptions

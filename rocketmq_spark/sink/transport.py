@@ -1,7 +1,7 @@
 """How a sink task's messages reach RocketMQ: the one seam between the sink and a protocol.
 
 A :class:`Transport` turns checked rows (:class:`~.rows.SinkRows`) into request payloads and
-sends them for a :class:`~rocketmq_spark.client.pipeline.SendPipeline` (it is the pipeline's
+sends them for a :class:`~rocketmq_spark.client.send_pipeline.SendPipeline` (it is the pipeline's
 ``Sender``). Two exist:
 
 * :class:`RemotingTransport`: RocketMQ's own protocol (``nameServer``), batches encoded column
@@ -25,25 +25,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..client import pool
-from ..client.pipeline import Outgoing
+from ..client.send_pipeline import Outgoing
 from ..client.producer import (
     BATCH_HEADER_PROPERTIES, MAX_PROPERTIES_SIZE, EncodedRequest, EncodedRun, Message, Producer,
 )
-from ..client.protocol import message as M
-from ..client.protocol import properties as P
+from ..client.protocol import message, properties
 from ..client.protocol.route import MessageQueue
 from ..client.errors import RocketMQError
 from ..client.transaction import (
     TRANSACTION_PREPARED_TYPE, HalfRun, Outcome, collect_half_answers, end_transactions,
 )
-from ..client.protocol.send_columns import (
+from ..client.protocol.send_encode import (
     ENTRY_HEAD_BYTES, byte_lengths, encode_entries, entries_body, join_pieces, property_piece,
     repeated,
 )
 from .options import SinkOptions
 from .rows import RowError, SinkRows
 
-COMPRESSED_SYS_FLAG = M.SYSFLAG_COMPRESSED | (M.COMPRESSION_ZLIB << M.COMPRESSION_SHIFT)
+COMPRESSED_SYS_FLAG = (message.SYSFLAG_COMPRESSED
+                       | (message.COMPRESSION_ZLIB << message.COMPRESSION_SHIFT))
 log = logging.getLogger(__name__)
 ZLIB_LEVEL = 5  # Java's producer compresses with level 5
 ENTRY_OVERHEAD = ENTRY_HEAD_BYTES + 2  # a batch entry's fixed part
@@ -143,21 +143,21 @@ class RemotingTransport(Transport):
                              "(option maxMessageBytes)")
         pieces = [p for p in (rows.user_properties,) if p is not None]
         if rows.keys is not None:
-            pieces.append(property_piece(P.KEYS, rows.keys))
+            pieces.append(property_piece(properties.KEYS, rows.keys))
         if rows.tags is not None:
-            pieces.append(property_piece(P.TAGS, rows.tags))
+            pieces.append(property_piece(properties.TAGS, rows.tags))
         if rows.sharding_key is not None:
-            pieces.append(property_piece(P.SHARDING_KEY, rows.sharding_key))
+            pieces.append(property_piece(properties.SHARDING_KEY, rows.sharding_key))
         if rows.delay is not None and rows.delay.any():
             delay = pc.if_else(pa.array(rows.delay > 0),
                                pa.array(rows.delay).cast(pa.large_string()),
                                pa.scalar(None, pa.large_string()))
-            pieces.append(property_piece(P.DELAY, delay))
-        pieces.append(property_piece(P.UNIQ_KEY, rows.ids))
+            pieces.append(property_piece(properties.DELAY, delay))
+        pieces.append(property_piece(properties.UNIQ_KEY, rows.ids))
         if self.half_properties is not None:
-            pieces.append(repeated(P.encode_properties(self.half_properties).encode(),
+            pieces.append(repeated(properties.encode_properties(self.half_properties).encode(),
                                    rows.count))
-        pieces.append(repeated(f"{P.WAIT}\x01true\x02".encode(), rows.count))
+        pieces.append(repeated(f"{properties.WAIT}\x01true\x02".encode(), rows.count))
         props = join_pieces(pieces)
         props_len = byte_lengths(props)
         long_props = np.flatnonzero(props_len > MAX_PROPERTIES_SIZE)

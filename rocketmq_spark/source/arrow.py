@@ -217,7 +217,7 @@ def _resolve_duplicates(parents: np.ndarray, codes: np.ndarray, distinct: int
 
 def to_spark_batch(columns: pa.RecordBatch, broker_name: str,
                    include_properties: bool = False) -> pa.RecordBatch:
-    """One decoded batch (:data:`rocketmq_spark.client.protocol.columns.SCHEMA`) as the batch
+    """One decoded batch (:data:`rocketmq_spark.client.protocol.pull_decode.SCHEMA`) as the batch
     Spark accepts for :func:`spark_schema`; ``broker_name`` fills the constant ``brokerName``.
 
     Every column but the timestamps, ``brokerName`` and ``properties`` is the decoder's own

@@ -210,7 +210,7 @@ class OffsetReader:
         guess = min(max(brokers.search_offset_by_timestamp(address, mq, timestamp_ms), low),
                     high)
 
-        from ..client.protocol.columns import decode_columns  # pyarrow: only for this
+        from ..client.protocol.pull_decode import decode_columns  # pyarrow: only for this
 
         def store_times(start: int) -> List[tuple]:
             """(offset, store time) of up to 32 messages from ``start``."""

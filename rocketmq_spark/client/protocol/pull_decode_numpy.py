@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from ..errors import MessageDecodeError
 from . import message as M
-from .columns import SCHEMA
+from .pull_decode import SCHEMA
 
 _TOTAL = struct.Struct(">i")
 

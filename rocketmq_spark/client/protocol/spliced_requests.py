@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .frame import RemotingCommand, SerializeType, encode_binary_header
-from .send_columns import _fixed_width, byte_lengths
+from .send_encode import _fixed_width, byte_lengths
 
 _EMPTY = pa.scalar(b"", pa.large_binary())
 _FIXED = 5             # code (2), language (1), version (2)
