@@ -9,8 +9,8 @@ was checked against RocketMQ's own Java encoder):
 * a 4.9.8 broker answers a request in the request's serialization (NettyRemotingAbstract copies
   ``serializeTypeCurrentRPC`` onto the response), except a parked pull's answer, which its
   long-poll service writes in the server's own serialization, JSON;
-* the C codec (native/rmq_header.c) and the pull loop's header reader (native/rmq_pull.c) give
-  the same answer as the pure-Python decoder for every input.
+* the C codec (native/client/rmq_header.c) and the pull loop's header reader
+  (native/client/rmq_pull.c) give the same answer as the pure-Python decoder for every input.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from rocketmq_spark import _native
+from rocketmq_spark.client import _native
 from rocketmq_spark.client.errors import ProtocolError
 from rocketmq_spark.client.protocol import frame as F
 from rocketmq_spark.client.protocol.codes import RequestCode, SerializeType

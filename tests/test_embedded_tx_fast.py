@@ -1,5 +1,6 @@
-"""The embedded broker's C answer to transactional frames (native/rmq_serve_tx.c) against the
-Python path it stands in for (embedded/send.py, embedded/transactions.py), over real sockets.
+"""The embedded broker's C answer to transactional frames (native/embedded/rmq_serve_tx.c)
+against the Python path it stands in for (embedded/send.py, embedded/transactions.py), over
+real sockets.
 
 One scenario, run twice on a broker with the same port and data directory layout, once with the
 C path and once without: pipelined half sends (JSON and ROCKETMQ headers, several topics and
@@ -12,7 +13,6 @@ consume queue (records, tag codes, store times) and every answer.
 from __future__ import annotations
 
 import itertools
-import os
 import socket
 import struct
 import sys
@@ -24,7 +24,7 @@ import pytest
 
 from rocketmq_spark.client.protocol.frame import FrameDecoder, RemotingCommand, encode_frame
 from rocketmq_spark.client.protocol.message import parse_offset_msg_id
-from rocketmq_spark.embedded import EmbeddedCluster
+from rocketmq_spark.embedded import EmbeddedCluster, accelerator
 
 SEND_V2, PULL, END_TRANSACTION, GET_MAX_OFFSET = 310, 11, 37, 30
 JSON, ROCKETMQ = 0, 1
@@ -276,13 +276,7 @@ def _free_port() -> int:
 
 
 def _native_tx_available() -> bool:
-    if os.environ.get("ROCKETMQ_SPARK_PURE_PYTHON", "") not in ("", "0"):
-        return False
-    try:
-        from rocketmq_spark import _native
-    except ImportError:
-        return False
-    return hasattr(_native, "serve_tx")
+    return accelerator.native_function("serve_tx") is not None
 
 
 needs_c_path = pytest.mark.skipif(not _native_tx_available(), reason="no C path: the extension "

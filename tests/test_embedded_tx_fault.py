@@ -1,5 +1,5 @@
 """A Python error in the middle of a run of the embedded broker's C transactional path
-(native/rmq_serve_tx.c): the frame is answered SYSTEM_ERROR as the Python path's dispatch
+(native/embedded/rmq_serve_tx.c): the frame is answered SYSTEM_ERROR as the Python path's dispatch
 answers it, the frames around it are served, and the connection stays open.
 
 The fault (the commit log's append raising OSError) cannot be produced for real, so the

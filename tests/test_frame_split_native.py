@@ -1,4 +1,4 @@
-"""FrameDecoder's C splitter (native/rmq_header.c split_frames) against the Python path.
+"""FrameDecoder's C splitter (native/client/rmq_header.c split_frames) against the Python path.
 
 The Python path is the reference: the same streams, cut at random places, go through a decoder
 with the splitter and one without it, and every feed must give the same commands (all fields,

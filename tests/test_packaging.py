@@ -68,7 +68,9 @@ def test_wheel_holds_the_discovery_module_and_no_tests(tmp_path):
     wheel = next((tmp_path / "dist").glob("rocketmq_spark-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert "pyspark_rocketmq.py" in names
-    assert any(n.startswith("rocketmq_spark/_native") and n.endswith(".so") for n in names)
+    for package in ("client", "embedded"):  # the two C accelerators (setup.py)
+        assert any(n.startswith(f"rocketmq_spark/{package}/_native") and n.endswith(".so")
+                   for n in names), package
     assert not [n for n in names if n.startswith(("tests/", "ci/", "notebooks/"))]
     python = _venv(tmp_path / "venv")
     _pip(python, str(wheel), cwd=tmp_path)

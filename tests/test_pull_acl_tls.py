@@ -4,7 +4,7 @@ the signer of client/acl.py and the signatures Apache's C++ client put on its pu
 * ACL: every request carries ``Signature`` = base64(HMAC-SHA1(secret, the values of its ext
   fields sorted by key, then its body)). Per pull only queueOffset and maxMsgNums change (the
   opaque is a header field, not an ext field: unsigned), so the loop signs each request in C
-  (native/rmq_hmac.c) over the content Python cut around those two values once
+  (native/client/rmq_hmac.c) over the content Python cut around those two values once
   (acl.signed_parts). The C SHA-1/HMAC is held against hashlib/hmac, the loop's requests
   against ``Credentials.sign`` and ``acl.verify``, its signatures against the genuine C++
   client's on the 4.9.8 capture's pulls, and the whole against the embedded broker, which
@@ -31,7 +31,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from rocketmq_spark import _native
+from rocketmq_spark.client import _native
 from rocketmq_spark.client import (
     AuthError, ClientConfig, MessageQueue, QueueRangeReader, ReadSettings, make_tls_context,
 )

@@ -14,8 +14,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from rocketmq_spark import _native
-from rocketmq_spark.client import QueueRangeReader, ReadSettings
+from rocketmq_spark.client import QueueRangeReader, ReadSettings, _native
 from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.client.errors import ProtocolError
 from rocketmq_spark.client.native_pull import pull_template
@@ -23,6 +22,7 @@ from rocketmq_spark.client.protocol.codes import RequestCode, SerializeType
 from rocketmq_spark.client.protocol.frame import RemotingCommand, decode_frame, encode_frame
 from rocketmq_spark.client.pull import PullRequest
 from rocketmq_spark.client.remoting import RemotingClient
+from rocketmq_spark.embedded import _native as embedded_native
 from rocketmq_spark.embedded.pull import handle_pull
 
 from test_connection import HTTP_400, AnsweringPeer  # noqa: E402  (tests/ is on sys.path)
@@ -275,8 +275,8 @@ def test_the_readers_pulls_take_the_c_answer(capped):
         assert answers[0] == encode_frame(python)
 
 
-def test_native_accelerator_has_the_pull_loop():
-    assert hasattr(_native, "Puller") and hasattr(_native, "serve_pulls")
+def test_native_accelerators_have_the_pull_loop_and_the_pull_server():
+    assert hasattr(_native, "Puller") and hasattr(embedded_native, "serve_pulls")
 
 
 # ------------------------------------------------------------------ genuine answers

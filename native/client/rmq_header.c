@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "rmq_bytes.h"
-#include "rmq_pull.h"
+#include "rmq_client.h"
 
 static PyObject *utf8(const uint8_t *p, Py_ssize_t n) {
     return PyUnicode_DecodeUTF8((const char *)p, n, NULL);

@@ -1,7 +1,7 @@
 /*
- * rocketmq_spark._native: decode a PULL_MESSAGE body into Arrow-ready column buffers.
+ * rocketmq_spark.client._native: decode a PULL_MESSAGE body into Arrow-ready column buffers.
  *
- * Optional accelerator for rocketmq_spark/client/protocol/columns.py, which holds the
+ * Optional accelerator for rocketmq_spark/client/protocol/pull_decode.py, which holds the
  * pure-Python (numpy) twin of this code and the reference for its output.
  *
  * Two calls, so the caller allocates the outputs (from Arrow's memory pool): scan() validates
@@ -14,9 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "rmq_pull.h"
-
-int rmq_serve_tx_register(PyObject *module);  /* rmq_serve_tx.c: the embedded broker's tx frames */
+#include "rmq_client.h"
 
 #define MAGIC_V1 ((int32_t)0xDAA320A7)
 #define MAGIC_V2 ((int32_t)0xDAA320AB)
@@ -488,14 +486,14 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "rocketmq_spark.client._native",
+                                     NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__native(void) {
     crc_init();
     crc_detect();
     PyObject *m = PyModule_Create(&module);
     if (m && (rmq_pull_register(m) < 0 || rmq_header_register(m) < 0 ||
-              rmq_serve_register(m) < 0 || rmq_serve_tx_register(m) < 0 ||
               rmq_hmac_register(m) < 0)) {
         Py_DECREF(m);
         return NULL;

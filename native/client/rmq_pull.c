@@ -1,5 +1,5 @@
 /*
- * rocketmq_spark._native.Puller: the pull loop of one queue range, in C.
+ * rocketmq_spark.client._native.Puller: the pull loop of one queue range, in C.
  *
  * At a genuine broker's default caps (32 messages / 256 KiB a pull) a pull answer carries a
  * few kilobytes, so what each pull costs in Python (encoding a request, a system call or two,
@@ -44,7 +44,7 @@
 
 #include "rmq_bytes.h"
 #include "rmq_hmac.h"
-#include "rmq_pull.h"
+#include "rmq_client.h"
 #include "rmq_reqhdr.h"
 
 #define MAX_FRAME (16 * 1024 * 1024)
@@ -1049,7 +1049,7 @@ static PyMethodDef Puller_methods[] = {
 
 static PyTypeObject PullerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "rocketmq_spark._native.Puller",
+    .tp_name = "rocketmq_spark.client._native.Puller",
     .tp_basicsize = sizeof(Puller),
     .tp_dealloc = (destructor)Puller_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,

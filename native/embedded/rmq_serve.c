@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "rmq_bytes.h"
-#include "rmq_pull.h"
+#include "rmq_embedded.h"
 #include "rmq_reqhdr.h"
 
 #define PERM_READ 4

@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "rmq_bytes.h"
+#include "rmq_embedded.h"
 #include "rmq_reqhdr.h"
 
 #define MAX_FRAME (16 * 1024 * 1024)

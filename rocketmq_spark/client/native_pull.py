@@ -1,4 +1,4 @@
-"""Set up the native pull loop (``native/rmq_pull.c``) for one queue range.
+"""Set up the native pull loop (``native/client/rmq_pull.c``) for one queue range.
 
 The loop encodes each PULL_MESSAGE request by patching a template: this module builds that
 template (a ROCKETMQ binary-header request without ``maxMsgNums`` and ``queueOffset``, which
@@ -13,22 +13,19 @@ chunk received and per burst of requests sent.
 """
 from __future__ import annotations
 
-import os
 from typing import Optional
 
+from . import accelerator
 from .acl import Credentials
 from .connection import Connection
 from .protocol.codes import CLIENT_VERSION, RequestCode, SerializeType
 from .protocol.frame import RemotingCommand, encode_frame
 from .pull import PullRequest
 
-try:  # the optional C accelerator
-    from .. import _native
-except ImportError:  # pragma: no cover - depends on the build
-    _native = None
+_native = accelerator.built_module()  # the optional C accelerator, None when not built
 
 # The same switch as the decoder's (protocol/columns.py): the pure-Python path everywhere.
-FORCE_PURE_PYTHON = os.environ.get("ROCKETMQ_SPARK_PURE_PYTHON", "") not in ("", "0")
+FORCE_PURE_PYTHON = accelerator.FORCE_PURE_PYTHON
 
 # Keys the loop writes itself, after the template's (in this order).
 _PATCHED = ("maxMsgNums", "queueOffset")
@@ -36,7 +33,7 @@ _PATCHED = ("maxMsgNums", "queueOffset")
 
 def available() -> bool:
     """Whether this build has the native pull loop and it is not switched off."""
-    return _native is not None and hasattr(_native, "Puller") and not FORCE_PURE_PYTHON
+    return _native is not None and not FORCE_PURE_PYTHON
 
 
 def pull_template(request: PullRequest, version: int = CLIENT_VERSION,
@@ -88,11 +85,6 @@ def native_pull_loop(tls: bool = False, signed: bool = False) -> Optional[str]:
     ``tls`` / ``signed``: the connections are TLS / sign their requests (ACL)."""
     if _native is None:
         return "the C accelerator is not built"
-    if not hasattr(_native, "Puller"):
-        return "the C accelerator predates the pull loop (rebuild it)"
     if FORCE_PURE_PYTHON:
-        return "ROCKETMQ_SPARK_PURE_PYTHON is set"
-    if (tls or signed) and not hasattr(_native, "PULL_SECURE"):
-        return ("the C accelerator predates TLS and ACL support in the pull loop "
-                "(rebuild it)")
+        return f"{accelerator.PURE_PYTHON_VARIABLE} is set"
     return None

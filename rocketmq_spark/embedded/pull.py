@@ -18,7 +18,6 @@ PULL_NOT_FOUND (19) parks the request when sysFlag has SUSPEND and this is its f
 """
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Callable, List, Optional, Tuple
 
 from ..client.protocol.codes import (
@@ -26,6 +25,7 @@ from ..client.protocol.codes import (
     SerializeType,
 )
 from ..client.protocol.frame import RemotingCommand
+from . import accelerator
 from .consumers import build_subscription
 from .headers import req_int, req_long, req_str
 from .nameserver import FAQ_SUFFIX
@@ -53,20 +53,15 @@ def native_server_function(broker, name: str):
     """The accelerator's function ``name`` for a C path of ``broker``'s server, or None when
     the accelerator lacks it, ``ROCKETMQ_SPARK_PURE_PYTHON`` is set or ``broker`` has no store
     or options (a stand-in broker: the Python path only)."""
-    try:
-        from .. import _native
-    except ImportError:  # pragma: no cover - depends on the build
-        return None
-    function = getattr(_native, name, None)
+    function = accelerator.native_function(name)
     if function is None or getattr(broker, "store", None) is None or \
-            getattr(broker, "options", None) is None or \
-            os.environ.get("ROCKETMQ_SPARK_PURE_PYTHON", "") not in ("", "0"):
+            getattr(broker, "options", None) is None:
         return None
     return function
 
 
 def native_answers(broker) -> Optional[Callable[[bytes], Tuple[List[bytes], int]]]:
-    """The C answer to plain FOUND pulls (``native/rmq_serve.c``, byte for byte what
+    """The C answer to plain FOUND pulls (``native/embedded/rmq_serve.c``, byte for byte what
     :func:`handle_pull` answers; a test holds them together) for ``broker``, or ``None`` when
     the accelerator is not built or ``ROCKETMQ_SPARK_PURE_PYTHON`` is set. The function takes
     a received chunk and returns the answers to the pulls at its start and the bytes they

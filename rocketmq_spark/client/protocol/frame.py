@@ -8,24 +8,21 @@ counts everything after itself.
 from __future__ import annotations
 
 import json
-import os
 import struct
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from .. import accelerator
 from ..errors import ProtocolError
 from .codes import (
     CLIENT_VERSION, FLAG_ONEWAY, FLAG_RESPONSE, LANGUAGE_CODES, LANGUAGES, MAX_FRAME_BYTES,
     SerializeType, code_name,
 )
 
-try:  # the optional C accelerator: the binary header codec (native/rmq_header.c)
-    from ... import _native
-    _native_codec = _native if hasattr(_native, "decode_binary_header") else None
-except ImportError:  # pragma: no cover - depends on the build
-    _native_codec = None
-# FrameDecoder's C splitter (native/rmq_header.c split_frames): set below, once the command
-# class exists; None without it (an older build, or ROCKETMQ_SPARK_PURE_PYTHON set).
+# The optional C binary header codec (native/client/rmq_header.c), None when it is not built.
+_native_codec = accelerator.built_module()
+# FrameDecoder's C splitter (native/client/rmq_header.c split_frames): set below, once the
+# command class exists; None without it (not built, or ROCKETMQ_SPARK_PURE_PYTHON set).
 _native_split = None
 
 _INT = struct.Struct(">i")
@@ -188,7 +185,7 @@ def encode_binary_header(cmd: RemotingCommand) -> bytes:
 
 
 def _encode_binary_header_py(cmd: RemotingCommand) -> bytes:
-    """The pure-Python encoder (the reference for native/rmq_header.c)."""
+    """The pure-Python encoder (the reference for native/client/rmq_header.c)."""
     out = bytearray(_BIN_FIXED.pack(cmd.code, LANGUAGE_CODES.get(cmd.language, 7), cmd.version,
                                     cmd.opaque, cmd.flag))
     remark = cmd.remark.encode("utf-8") if cmd.remark else b""
@@ -219,7 +216,7 @@ def decode_binary_header(data: bytes, body: bytes = b"") -> RemotingCommand:
 
 
 def _decode_binary_header_py(data: bytes, body: bytes = b"") -> RemotingCommand:
-    """The pure-Python decoder (the reference for native/rmq_header.c)."""
+    """The pure-Python decoder (the reference for native/client/rmq_header.c)."""
     n = len(data)
     if n < _BIN_FIXED.size + 8:
         raise ProtocolError(f"ROCKETMQ header is {n} bytes, shorter than its fixed part (21)",
@@ -398,7 +395,6 @@ class FrameDecoder:
         self.stream_offset += consumed
 
 
-if _native_codec is not None and hasattr(_native_codec, "split_frames") and \
-        os.environ.get("ROCKETMQ_SPARK_PURE_PYTHON", "") in ("", "0"):
+if _native_codec is not None and not accelerator.FORCE_PURE_PYTHON:
     _native_codec.frame_setup(RemotingCommand, tuple(LANGUAGES), SerializeType.ROCKETMQ)
     _native_split = _native_codec.split_frames

@@ -7,22 +7,20 @@ pool, which become the arrays without another copy. Its pure-Python twin in
 """
 from __future__ import annotations
 
-import os
 from typing import Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import accelerator
 from ..errors import MessageDecodeError
 from . import message as M
 
-try:  # the optional C accelerator (native/rmq_native.c)
-    from ... import _native
-except ImportError:  # pragma: no cover - depends on the build
-    _native = None
+# The optional C decoder (native/client/rmq_native.c), None when it is not built.
+_native = accelerator.built_module()
 
-# Set ROCKETMQ_SPARK_PURE_PYTHON=1 to use the numpy decoder even when the accelerator is built.
-FORCE_PURE_PYTHON = os.environ.get("ROCKETMQ_SPARK_PURE_PYTHON", "") not in ("", "0")
+# ROCKETMQ_SPARK_PURE_PYTHON=1: the numpy decoder even when the C one is built (tests flip it).
+FORCE_PURE_PYTHON = accelerator.FORCE_PURE_PYTHON
 
 # Column names and types of a decoded batch (the Spark schema is built from these elsewhere).
 SCHEMA = pa.schema([
