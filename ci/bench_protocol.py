@@ -146,8 +146,8 @@ def our_loop_only(namesrv: str, topic: str, pull_batch_size: int, config: Client
     """(rows, msg/s, CPU seconds, pulls) of the native pull loop alone over every queue of
     ``topic``, one after another: requests, signatures, TLS, framing and headers, but the
     bodies are dropped (``clear()``) instead of decoded."""
-    from rocketmq_spark.client.connection import PULL_RESPONSE
     from rocketmq_spark.client.native_pull import make_puller
+    from rocketmq_spark.client.native_pull_driver import PULL_RESPONSE, run_puller
     from rocketmq_spark.client.pull import PullRequest
 
     with Admin(namesrv, config=config) as admin:
@@ -164,7 +164,7 @@ def our_loop_only(namesrv: str, topic: str, pull_batch_size: int, config: Client
                 raise SystemExit("--loop-only needs the native pull loop")
             offset = 0
             while offset < highs[mq]:
-                reason, offset, _ = conn.run_puller(puller, offset, 10.0, 32768, 8 << 20)
+                reason, offset, _ = run_puller(conn, puller, offset, 10.0, 32768, 8 << 20)
                 if reason == PULL_RESPONSE:
                     raise SystemExit(f"unexpected answer at {mq.key} {offset}")
                 puller.clear()

@@ -19,50 +19,38 @@ Pulls are pipelined: without a filter, up to ``pipeline_depth`` requests for the
 are in flight. Each asks for the broker's cap per pull, learned from its answers (a default
 broker serves 32 messages a pull from memory, 8 from disk, whatever ``max_msg_nums`` asks), and
 an answer that stops short is followed at once by a request for exactly the gap. The loop runs
-in C (``native/rmq_pull.c``, see :mod:`.native_pull`) where it can: there only the answers that
-are not a plain FOUND come back to Python; it signs requests (ACL) and runs over TLS too. The
-pure-Python pipeline below is its twin and the fallback (no accelerator, or
-``ROCKETMQ_SPARK_PURE_PYTHON=1``).
+in C (:mod:`.native_pull_engine`) where it can: there only the answers that are not a plain
+FOUND come back to Python; it signs requests (ACL) and runs over TLS too. The pure-Python
+engine (:mod:`.python_pull_engine`) is its twin and the fallback (no accelerator, or
+``ROCKETMQ_SPARK_PURE_PYTHON=1``). Both meet the reader through :class:`~.pull_engine.PullEngine`.
 """
 from __future__ import annotations
 
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Iterator, List, Optional, Tuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import native_pull
 from .broker import BrokerClient
-from .connection import PULL_RESPONSE
 from .errors import DataLossError, MessageDecodeError, RocketMQError, RouteNotFound
 from .protocol.pull_decode import decode_columns
 from .protocol.message import MIN_RECORD_SIZE
 from .protocol.properties import split_tags_expression
 from .protocol.route import MessageQueue
-from .pull import PullRequest, PullResult, PullStatus, is_transient, pull_result
+from .native_pull_engine import NativePullEngine
+from .pull import PullRequest, PullResult, PullStatus, is_transient
+from .pull_engine import PullEngine
+from .python_pull_engine import PythonPullEngine
 
 log = logging.getLogger(__name__)
 _SAID_WHY = False
 
 # (queue, suggested broker id, refresh) -> broker address
 AddressResolver = Callable[[MessageQueue, int, bool], str]
-
-
-def join(parts: List[bytes]):
-    """Concatenate pull bodies into a buffer from Arrow's memory pool, which is reused from one
-    batch to the next (a fresh multi-megabyte bytes object faults in new pages every time)."""
-    if len(parts) == 1:
-        return parts[0]
-    out = pa.allocate_buffer(sum(len(p) for p in parts))
-    view = memoryview(out).cast("B")
-    pos = 0
-    for part in parts:
-        view[pos:pos + len(part)] = part
-        pos += len(part)
-    return out
 
 
 @dataclass(frozen=True)
@@ -108,16 +96,24 @@ class QueueRangeReader:
     def lost_messages(self) -> int:
         return sum(b - a for a, b in self.lost_ranges)
 
-    # ------------------------------------------------------------------ pulls
+    @property
+    def broker_id(self) -> int:
+        """The broker id the last answer suggested (0: the master)."""
+        return self._broker_id
 
-    def _request(self, offset: int, nums: Optional[int] = None) -> PullRequest:
+    # ------------------------------------------------------------------ for the pull engines
+
+    def pull_request(self, offset: int, nums: Optional[int] = None) -> PullRequest:
+        """The pull of this range's queue at ``offset`` (``nums`` messages, by default the
+        settings' ``max_msg_nums``)."""
         return PullRequest(consumer_group=self.settings.consumer_group, topic=self.queue.topic,
                            queue_id=self.queue.queue_id, queue_offset=offset,
                            broker_name=self.queue.broker_name,
                            max_msg_nums=nums or self.settings.max_msg_nums,
                            subscription=self.settings.subscription)
 
-    def _resolve(self) -> str:
+    def broker_address(self) -> str:
+        """The address to pull from (resolved again after a failure or a suggestion)."""
         if self._address is None:
             self._address = self.resolve(self.queue, self._broker_id, False)
         return self._address
@@ -136,7 +132,8 @@ class QueueRangeReader:
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         s = self.settings
         offset = self.start
-        pulls = _NativePulls(self) if self._native_wanted() else _PythonPulls(self)
+        pulls: PullEngine = (NativePullEngine(self) if self._native_wanted()
+                             else PythonPullEngine(self))
         self.path = pulls.name
         self._failures_since = None
         self._backoff = s.retry_backoff
@@ -192,10 +189,10 @@ class QueueRangeReader:
         time.sleep(self._backoff)
         self._backoff = min(self._backoff * 2, self.settings.retry_backoff_max)
 
-    def _apply(self, result: PullResult, offset: int, pulls: "_Pulls") -> int:
+    def _apply(self, result: PullResult, offset: int, pulls: PullEngine) -> int:
         """Act on the answer to the pull at ``offset``; returns where to continue."""
         s = self.settings
-        pulls.counted += 1
+        pulls.acted_on_answer()
         if result.suggest_which_broker_id != self._broker_id:
             self._broker_id = result.suggest_which_broker_id
             self._address = None
@@ -292,8 +289,10 @@ class QueueRangeReader:
                 return claimed
         return None
 
-    def _decode(self, data, pieces: Callable[[], Tuple[List, List[int]]]) -> pa.RecordBatch:
-        """``data``: the bodies of a batch back to back; ``pieces()`` gives each pull's body and
+    def decode_batch(self, data, pieces: Callable[[], Tuple[List, List[int]]]
+                     ) -> pa.RecordBatch:
+        """The records of ``data`` in this range (and, with a tag filter, matching it) as
+        one batch. ``data``: the bodies of a batch back to back; ``pieces()`` gives each pull's body and
         the offset it started at, asked for only to report a corrupt record."""
         s = self.settings
         try:
@@ -311,234 +310,3 @@ class QueueRangeReader:
             batch = batch.filter(keep)
             self.filtered_out += before - batch.num_rows
         return batch
-
-
-def _split(data: bytes, pieces: List[Tuple[int, int]]) -> Tuple[List[bytes], List[int]]:
-    """The native loop's output cut back into each pull's body, with its first offset."""
-    bodies, firsts = [], []
-    for k, (start, first) in enumerate(pieces):
-        stop = pieces[k + 1][0] if k + 1 < len(pieces) else len(data)
-        bodies.append(data[start:stop])
-        firsts.append(first)
-    return bodies, firsts
-
-
-class _Pulls:
-    """How a reader gets answers: a pipeline of pulls and the bodies of the batch being filled.
-
-    ``advance(offset)`` returns ``(offset, result)``: the offset after the FOUND answers it
-    consumed itself and the answer (a :class:`PullResult`) the reader must act on, or ``None``
-    when the batch is full or the range's end reached."""
-
-    name = ""
-
-    def __init__(self, reader: QueueRangeReader):
-        self.reader = reader
-        self.settings = reader.settings
-        self.counted = 0  # answers the reader acted on
-        self.step = max(1, self.settings.max_msg_nums)
-        self.depth = 1 if reader.tags else max(1, self.settings.pipeline_depth)
-        self.bodies: List = []
-        self.firsts: List[int] = []
-        self.nbytes = 0
-        self.messages = 0
-
-    def add(self, body, first: int, messages: int) -> None:
-        self.bodies.append(body)
-        self.firsts.append(first)
-        self.nbytes += len(body)
-        self.messages += messages
-
-    def buffered(self) -> bool:
-        return bool(self.bodies)
-
-    def full(self) -> bool:
-        s = self.settings
-        return bool(self.bodies) and (self.nbytes >= s.batch_max_bytes
-                                      or self.messages >= s.batch_max_messages)
-
-    def decode(self) -> pa.RecordBatch:
-        bodies, firsts = self.bodies, self.firsts
-        self.bodies, self.firsts, self.nbytes, self.messages = [], [], 0, 0
-        return self.reader._decode(join(bodies), lambda: (bodies, firsts))
-
-    def moved(self) -> None:
-        """The broker sent the reader elsewhere (suggestWhichBrokerId)."""
-        self.abandon()
-
-    def count(self) -> int:
-        return self.counted
-
-    def abandon(self) -> None: ...
-
-    def close(self) -> None:
-        self.abandon()
-
-
-class _PythonPulls(_Pulls):
-    """The pure-Python pipeline: the same algorithm as native/rmq_pull.c, one answer at a time.
-
-    Requests ask for ``step`` messages at contiguous offsets; a capped answer teaches the step
-    (so a broker serving 32 messages a pull is asked for 32), and an answer that stops short
-    leaves a gap that is requested at once for exactly what is missing."""
-
-    name = "python"
-
-    def __init__(self, reader: QueueRangeReader):
-        super().__init__(reader)
-        self.inflight: Dict[int, Tuple[int, str, tuple]] = {}  # offset -> (nums, address, pending)
-        self.full_streak = 0
-
-    def _plan(self, offset: int) -> List[Tuple[int, int]]:
-        end = self.reader.end
-        wanted = []
-        covered, next_start = offset, None
-        for start, (nums, _, _) in self.inflight.items():
-            if start > offset and (next_start is None or start < next_start):
-                next_start = start
-            covered = max(covered, start + nums)
-        if offset not in self.inflight:
-            limit = min(next_start, end) if next_start is not None else end
-            nums = self.settings.max_msg_nums if self.reader.tags else min(self.step,
-                                                                           limit - offset)
-            wanted.append((offset, nums))
-            covered = max(covered, offset + nums)
-        if not self.reader.tags and len(self.inflight) + len(wanted) <= self.depth // 2:
-            while len(self.inflight) + len(wanted) < self.depth and covered < end:
-                nums = min(self.step, end - covered)
-                wanted.append((covered, nums))
-                covered += nums
-        return wanted
-
-    def advance(self, offset: int):
-        r = self.reader
-        for stale in [k for k in self.inflight if k < offset]:
-            del self.inflight[stale]  # answers for skipped offsets are dropped on arrival
-        if offset >= r.end or self.full():
-            return offset, None
-        wanted = self._plan(offset)
-        if wanted:
-            address = r._resolve()
-            sent = r.brokers.pull_many_async(address, [r._request(o, n) for o, n in wanted])
-            for (o, n), pending in zip(wanted, sent):
-                self.inflight[o] = (n, address, pending)
-        nums, address, pending = self.inflight.pop(offset)
-        result = r.brokers.pull_wait(address, pending, self.settings.pull_timeout)
-        if result.status is PullStatus.FOUND and not r.tags:
-            self._learn(result.next_begin_offset - offset, nums, result.next_begin_offset)
-        return offset, result
-
-    def _learn(self, got: int, nums: int, nxt: int) -> None:
-        if nxt >= self.reader.end:
-            return
-        if got < nums:
-            self.step, self.full_streak = max(1, got), 0
-        elif got == nums == self.step:
-            self.full_streak += 1
-            if self.full_streak >= 64:  # now and then, ask whether the cap has grown
-                self.full_streak = 0
-                self.step = min(self.settings.max_msg_nums, self.step * 2)
-
-    def abandon(self) -> None:
-        self.inflight.clear()
-
-
-class _NativePulls(_Pulls):
-    """The native loop (native/rmq_pull.c): FOUND answers are consumed in C, their bodies kept
-    in the loop's buffer; everything else comes back as a :class:`PullResult`."""
-
-    name = "native"
-
-    def __init__(self, reader: QueueRangeReader):
-        super().__init__(reader)
-        self.puller = None
-        self.conn = None
-        self.native_pulls = 0  # FOUND answers consumed by earlier loops of this reader
-
-    def _loop(self):
-        r = self.reader
-        address = r._resolve()
-        conn = r.brokers.remoting.connection(address)
-        if self.puller is None or conn is not self.conn or conn.closed:
-            self._retire()
-            puller = native_pull.make_puller(
-                conn, r._request(r.start), r.end, self.depth, bool(r.tags), r._broker_id,
-                r.brokers.remoting.config.version)
-            if puller is None:
-                raise RuntimeError(f"connection to {address} cannot run the native pull loop")
-            self.puller, self.conn = puller, conn
-        return self.puller
-
-    def advance(self, offset: int):
-        s = self.settings
-        if offset >= self.reader.end or self.full():
-            return offset, None
-        puller = self._loop()
-        reason, offset, response = self.conn.run_puller(
-            puller, offset, s.pull_timeout, max(0, s.batch_max_messages - self.messages),
-            max(0, s.batch_max_bytes - self.nbytes))
-        if reason != PULL_RESPONSE:
-            return offset, None
-        return offset, pull_result(response, "PULL_MESSAGE", self.conn.address)
-
-    def _retire(self) -> None:
-        """Move the old loop's output to Python and forget its requests."""
-        puller, self.puller, self.conn = self.puller, None, None
-        if puller is None:
-            return
-        puller.abandon()
-        self.native_pulls += puller.pulls
-        self._take_output(puller)
-
-    def _take_output(self, puller) -> None:
-        if puller.nbytes or puller.messages:
-            bodies, firsts = _split(bytes(memoryview(puller)), puller.pieces())
-            self.bodies.extend(bodies)
-            self.firsts.extend(firsts)
-            self.nbytes += puller.nbytes
-            self.messages += puller.messages
-            puller.clear()
-
-    def add(self, body, first: int, messages: int) -> None:
-        if self.puller is not None:
-            self.puller.append(body, first, messages)
-        else:
-            super().add(body, first, messages)
-
-    def _native_bytes(self) -> int:
-        return self.puller.nbytes if self.puller is not None else 0
-
-    def buffered(self) -> bool:
-        return bool(self.bodies) or self._native_bytes() > 0 or (
-            self.puller is not None and self.puller.messages > 0)
-
-    def full(self) -> bool:
-        s = self.settings
-        messages = self.messages + (self.puller.messages if self.puller is not None else 0)
-        nbytes = self.nbytes + self._native_bytes()
-        return self.buffered() and (nbytes >= s.batch_max_bytes
-                                    or messages >= s.batch_max_messages)
-
-    def decode(self) -> pa.RecordBatch:
-        puller = self.puller
-        if puller is None or self.bodies:
-            if puller is not None:
-                self._take_output(puller)
-            return super().decode()
-        with memoryview(puller) as view:  # decoded in place; released before clear()
-            batch = self.reader._decode(view, lambda: _split(bytes(view), puller.pieces()))
-        puller.clear()
-        return batch
-
-    def moved(self) -> None:
-        self._retire()
-
-    def abandon(self) -> None:
-        if self.puller is not None:
-            self.puller.abandon()
-
-    def close(self) -> None:
-        self._retire()
-
-    def count(self) -> int:
-        return self.counted + self.native_pulls + (self.puller.pulls if self.puller else 0)

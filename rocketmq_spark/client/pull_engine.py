@@ -1,0 +1,97 @@
+"""What a :class:`~.reader.QueueRangeReader` asks of a pull engine, and the batch it fills.
+
+An engine keeps pulls in flight for one queue range and the bodies of the batch being filled;
+the reader acts on every answer that is not a plain FOUND (see the reader's module doc). Two
+engines exist: :class:`~.python_pull_engine.PythonPullEngine` and
+:class:`~.native_pull_engine.NativePullEngine` (the C loop); the reader picks one per range.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, List, Optional, Tuple
+
+import pyarrow as pa
+
+from .pull import PullResult
+
+if TYPE_CHECKING:  # the reader imports the engines; they only name its type
+    from .reader import QueueRangeReader
+
+
+def join(parts: List) -> object:
+    """Concatenate pull bodies into a buffer from Arrow's memory pool, which is reused from one
+    batch to the next (a fresh multi-megabyte bytes object faults in new pages every time)."""
+    if len(parts) == 1:
+        return parts[0]
+    out = pa.allocate_buffer(sum(len(p) for p in parts))
+    view = memoryview(out).cast("B")
+    pos = 0
+    for part in parts:
+        view[pos:pos + len(part)] = part
+        pos += len(part)
+    return out
+
+
+class PullEngine(ABC):
+    """A pipeline of pulls for one reader and the bodies of the batch being filled.
+
+    :meth:`advance` returns ``(offset, result)``: the offset after the FOUND answers the
+    engine consumed itself and the answer (a :class:`~.pull.PullResult`) the reader must act
+    on, or ``None`` when the batch is full or the range's end reached. The reader hands FOUND
+    bodies back with :meth:`add` and takes a batch with :meth:`decode`."""
+
+    name = ""
+
+    def __init__(self, reader: "QueueRangeReader"):
+        self.reader = reader
+        self.settings = reader.settings
+        self.answers = 0  # answers the reader acted on
+        self.step = max(1, self.settings.max_msg_nums)
+        self.depth = 1 if reader.tags else max(1, self.settings.pipeline_depth)
+        self.bodies: List = []
+        self.firsts: List[int] = []
+        self.nbytes = 0
+        self.messages = 0
+
+    @abstractmethod
+    def advance(self, offset: int) -> Tuple[int, Optional[PullResult]]:
+        """Pull from ``offset`` on until an answer needs the reader or the batch is full."""
+
+    @abstractmethod
+    def abandon(self) -> None:
+        """Forget the pulls in flight (their answers are dropped on arrival)."""
+
+    def acted_on_answer(self) -> None:
+        self.answers += 1
+
+    def add(self, body, first: int, messages: int) -> None:
+        """A FOUND body (its first offset, how many messages of the range it holds)."""
+        self.bodies.append(body)
+        self.firsts.append(first)
+        self.nbytes += len(body)
+        self.messages += messages
+
+    def buffered(self) -> bool:
+        return bool(self.bodies)
+
+    def full(self) -> bool:
+        s = self.settings
+        return bool(self.bodies) and (self.nbytes >= s.batch_max_bytes
+                                      or self.messages >= s.batch_max_messages)
+
+    def decode(self) -> pa.RecordBatch:
+        """The buffered bodies as one batch; the buffer starts over empty."""
+        bodies, firsts = self.bodies, self.firsts
+        self.bodies, self.firsts, self.nbytes, self.messages = [], [], 0, 0
+        return self.reader.decode_batch(join(bodies), lambda: (bodies, firsts))
+
+    def moved(self) -> None:
+        """The broker sent the reader elsewhere (suggestWhichBrokerId)."""
+        self.abandon()
+
+    def count(self) -> int:
+        """How many pulls were answered."""
+        return self.answers
+
+    def close(self) -> None:
+        self.abandon()
