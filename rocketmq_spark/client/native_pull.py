@@ -24,16 +24,11 @@ from .pull import PullRequest
 
 _native = accelerator.built_module()  # the optional C accelerator, None when not built
 
-# The same switch as the decoder's (protocol/columns.py): the pure-Python path everywhere.
+# The same switch as the decoder's (protocol/pull_decode.py): the pure-Python path everywhere.
 FORCE_PURE_PYTHON = accelerator.FORCE_PURE_PYTHON
 
 # Keys the loop writes itself, after the template's (in this order).
 _PATCHED = ("maxMsgNums", "queueOffset")
-
-
-def available() -> bool:
-    """Whether this build has the native pull loop and it is not switched off."""
-    return _native is not None and not FORCE_PURE_PYTHON
 
 
 def pull_template(request: PullRequest, version: int = CLIENT_VERSION,

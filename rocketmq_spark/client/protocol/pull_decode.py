@@ -1,20 +1,20 @@
 """Decode pull bodies straight to Arrow columns, without one Python object per message.
 
-The work is done by the optional C accelerator (``native/rmq_native.c``): it validates every
-record (sizes, magic, CRC, UTF-8) and writes each column into buffers taken from Arrow's memory
-pool, which become the arrays without another copy. Its pure-Python twin in
-:mod:`.columns_numpy` gives the same results where the accelerator is not built.
+The work is done by the optional C accelerator (``native/client/rmq_native.c``): it validates
+every record (sizes, magic, CRC, UTF-8) and writes each column into buffers taken from
+Arrow's memory pool, which become the arrays without another copy. Its pure-Python twin in
+:mod:`.pull_decode_numpy` gives the same results where the accelerator is not built.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import accelerator
 from ..errors import MessageDecodeError
-from . import message as M
+from . import message
 
 # The optional C decoder (native/client/rmq_native.c), None when it is not built.
 _native = accelerator.built_module()
@@ -57,7 +57,7 @@ def decode_columns(body, verify_crc: bool = True, decompress: bool = True,
     if _native is not None and not FORCE_PURE_PYTHON:
         batch = _decode_native(body, verify_crc, properties, offset_ids)
     else:
-        from .columns_numpy import decode as decode_numpy
+        from .pull_decode_numpy import decode as decode_numpy
 
         batch = decode_numpy(bytes(body), verify_crc)
         if not (properties and offset_ids):
@@ -73,7 +73,7 @@ def _inflate(batch: pa.RecordBatch) -> pa.RecordBatch:
     """Decompress the bodies whose sysFlag says so. ``sys_flag`` keeps the stored value (the
     COMPRESSED bit included), which is what Java's client reports for a compressed message."""
     sys_flag = batch.column("sys_flag")
-    compressed = pc.not_equal(pc.bit_wise_and(sys_flag, M.SYSFLAG_COMPRESSED), 0)
+    compressed = pc.not_equal(pc.bit_wise_and(sys_flag, message.SYSFLAG_COMPRESSED), 0)
     if not pc.any(compressed).as_py():
         return batch
     rows = pc.indices_nonzero(compressed).to_pylist()
@@ -82,7 +82,7 @@ def _inflate(batch: pa.RecordBatch) -> pa.RecordBatch:
     inflated = []
     for i in rows:
         try:
-            inflated.append(M.decompress_body(bodies[i].as_py(), flags[i].as_py()))
+            inflated.append(message.decompress_body(bodies[i].as_py(), flags[i].as_py()))
         except Exception as exc:
             raise MessageDecodeError(f"compressed body does not inflate: {exc}", None, None,
                                      offsets[i].as_py()) from None
@@ -102,7 +102,7 @@ def _decode_native(data, verify_crc: bool, properties: bool = True,
         kind, start = exc.args
         # Re-decode the bad record in Python for an error that names the exact bytes.
         data = bytes(data)
-        M.decode_message(data, start, len(data), verify_crc=kind == "crc", decompress=False)
+        message.decode_message(data, start, len(data), verify_crc=kind == "crc", decompress=False)
         raise MessageDecodeError(f"record fails validation ({kind})", start, data) from None
     wanted = [True, True, properties, True, True, True, offset_ids, not any_v6, not any_v6]
     # Outputs come from Arrow's pool, which reuses memory: fresh bytes objects of a few MB
@@ -136,14 +136,14 @@ def _decode_native(data, verify_crc: bool, properties: bool = True,
     if any_v6:  # let the numpy path format IPv6 hosts
         import numpy as np
 
-        from .columns_numpy import _hosts, walk
+        from .pull_decode_numpy import _hosts, walk
 
         data = bytes(data)
         u8 = np.frombuffer(data, dtype=np.uint8)
         starts = walk(data)
         sys_flag = ints32(2).to_numpy().astype(np.int64)
-        born_v6 = (sys_flag & M.SYSFLAG_BORNHOST_V6) != 0
-        store_v6 = (sys_flag & M.SYSFLAG_STOREHOST_V6) != 0
+        born_v6 = (sys_flag & message.SYSFLAG_BORNHOST_V6) != 0
+        store_v6 = (sys_flag & message.SYSFLAG_STOREHOST_V6) != 0
         born_hosts = _hosts(u8, starts + 48, born_v6)
         store_hosts = _hosts(u8, starts + 48 + np.where(born_v6, 20, 8) + 8, store_v6)
     return pa.RecordBatch.from_arrays([
@@ -151,10 +151,3 @@ def _decode_native(data, verify_crc: bool, properties: bool = True,
         ints64(3), store_hosts, ints32(3), column(0, pa.binary()), null_strings(text(2)),
         text(3, valid[0]), text(4, valid[1]), text(5), null_strings(column(6)),
     ], schema=SCHEMA)
-
-
-def concat(batches: Sequence[pa.RecordBatch]) -> pa.RecordBatch:
-    """One batch from several (e.g. several pulls of a queue)."""
-    if len(batches) == 1:
-        return batches[0]
-    return pa.Table.from_batches(batches, SCHEMA).combine_chunks().to_batches()[0]
