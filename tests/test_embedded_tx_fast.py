@@ -309,8 +309,8 @@ def test_c_path_stores_and_answers_what_the_python_path_does(tmp_path):
 @needs_c_path
 def test_c_path_reads_the_store_clock_as_broker_store_now(tmp_path):
     """With the store's own clock (no test clock on it) the C path reads it in C
-    (native/rmq_serve_tx.c store_now): never behind ``_last_ts``, the wall clock otherwise,
-    ``_last_ts`` kept up to date."""
+    (native/embedded/rmq_serve_tx.c store_now): never behind ``last_store_timestamp``, the
+    wall clock otherwise, ``last_store_timestamp`` kept up to date."""
     cluster, broker, (conn,) = start_broker(tmp_path, _free_port(), True, {"TxA": 2}, 1, 3600)
     try:
         store = broker.store
@@ -325,19 +325,19 @@ def test_c_path_reads_the_store_clock_as_broker_store_now(tmp_path):
         def times():
             return [t for q in store.queues.values() for t in q._times]
         ahead = int(time.time() * 1000) + 10 ** 6
-        store._last_ts = ahead  # a clock that went back: the store time does not
+        store.last_store_timestamp = ahead  # a clock that went back: the store time does not
         seen = len(times())
         conn.exchange([send(i) for i in range(1, 6)], 5)
         assert times()[seen:] == [ahead] * 5
-        assert store._last_ts == ahead
-        store._last_ts = 0
+        assert store.last_store_timestamp == ahead
+        store.last_store_timestamp = 0
         seen = len(times())
         before = int(time.time() * 1000)
         conn.exchange([send(i) for i in range(6, 11)], 5)
         after = int(time.time() * 1000)
         got = times()[seen:]
         assert len(got) == 5 and before <= got[0] and got == sorted(got) and got[-1] <= after
-        assert store._last_ts == got[-1]
+        assert store.last_store_timestamp == got[-1]
         assert broker.server.native_tx_stats["sends"] == 10
     finally:
         conn.close()

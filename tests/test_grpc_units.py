@@ -148,7 +148,7 @@ def test_our_modules_coexist_with_another_copy_of_the_package():
     assert proc.stdout.strip() == "5"
 
 
-# ----------------------------------------------------------------------- requests written by hand
+# ----------------------------------------------------------------------------- requests
 
 _text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
 
@@ -158,34 +158,72 @@ _text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
        props=st.dictionaries(_text, _text, max_size=3), group=st.one_of(st.none(), _text),
        delay=st.integers(0, 18), namespace=_text, now_ms=st.integers(0, 2 ** 42),
        topic=st.text("abcXYZ_-%|09", min_size=1, max_size=20))
-def test_hand_written_request_equals_the_protobuf_one(body, tags, keys, props, group, delay,
-                                                      namespace, now_ms, topic):
+def test_to_proto_carries_every_field_of_the_message(body, tags, keys, props, group, delay,
+                                                     namespace, now_ms, topic):
     from rocketmq_spark.client import Message
-    from rocketmq_spark.client.grpc import convert, wire
+    from rocketmq_spark.client.grpc import convert
 
     if group and delay:
         delay = 0
     m = Message(topic, body, tags=tags, keys=keys, properties=props, sharding_key=group or None,
                 delay_level=delay, uniq_key="ID-1")
-    writer = wire.RequestWriter(topic, namespace, convert.BORN_HOST, now_ms)
-    encoded, message_id = convert.encode(writer, m, now_ms)
-    assert message_id == "ID-1"
-    expected = spb.SendMessageRequest(messages=[convert.to_proto(m, namespace, now_ms)])
-    got = spb.SendMessageRequest.FromString(writer.request([encoded]))
-    assert got == expected  # (maps compare as maps: their order on the wire is free)
+    sent = spb.SendMessageRequest.FromString(spb.SendMessageRequest(
+        messages=[convert.to_proto(m, namespace, now_ms)]).SerializeToString()).messages[0]
+    system = sent.system_properties
+    assert (sent.topic.name, sent.topic.resource_namespace, sent.body) == (topic, namespace, body)
+    assert dict(sent.user_properties) == props
+    assert (system.tag if system.HasField("tag") else None) == (tags or None)
+    expected_keys = [] if not keys else [keys] if isinstance(keys, str) else keys
+    assert list(system.keys) == expected_keys
+    assert (system.message_id, system.body_encoding, system.born_host) == \
+        ("ID-1", pb.IDENTITY, convert.BORN_HOST)
+    assert system.born_timestamp.ToMilliseconds() == now_ms
+    kind = pb.FIFO if group else pb.DELAY if delay else pb.NORMAL
+    assert system.message_type == kind
+    assert (system.message_group if system.HasField("message_group") else None) == \
+        (group or None)
+    assert (system.delivery_timestamp.ToMilliseconds()
+            if system.HasField("delivery_timestamp") else None) == \
+        (now_ms + convert.DELAY_LEVEL_SECONDS[delay - 1] * 1000 if delay else None)
 
 
-def test_hand_written_request_of_several_messages():
+def test_to_proto_refuses_what_the_5x_api_cannot_carry():
     from rocketmq_spark.client import Message
-    from rocketmq_spark.client.grpc import convert, wire
+    from rocketmq_spark.client.grpc import convert
 
-    messages = [Message("T", b"m%d" % i, tags=f"t{i}", uniq_key=f"id{i}") for i in range(3)]
-    writer = wire.RequestWriter("T", "", convert.BORN_HOST, 1_700_000_000_123)
-    request = spb.SendMessageRequest.FromString(
-        writer.request([convert.encode(writer, m, 0)[0] for m in messages]))
-    assert [(m.body, m.system_properties.tag, m.system_properties.message_id)
-            for m in request.messages] == [(b"m0", "t0", "id0"), (b"m1", "t1", "id1"),
-                                           (b"m2", "t2", "id2")]
+    with pytest.raises(ValueError, match="flag"):
+        convert.to_proto(Message("T", b"x", flag=1))
+    with pytest.raises(ValueError, match="both"):
+        convert.to_proto(Message("T", b"x", sharding_key="g", delay_level=1))
+    with pytest.raises(ValueError, match="delay_level must be 1-18"):
+        convert.to_proto(Message("T", b"x", delay_level=19))
+    assert convert.to_proto(Message("T", b"x")).system_properties.message_id  # a fresh id
+
+
+def test_a_send_becomes_one_call_per_message_fifo_ones_last_in_their_groups_queues():
+    from rocketmq_spark.client import Message
+    from rocketmq_spark.client.grpc.queue_choice import queue_for_group
+    from rocketmq_spark.client.grpc.routes import TopicRoute
+    from rocketmq_spark.client.grpc.send_calls import plan_calls
+    from rocketmq_spark.client.protocol.route import MessageQueue
+
+    queues = [MessageQueue("T", "broker-a", i) for i in range(4)]
+    route = TopicRoute(queues, frozenset(), 0.0)
+    messages = [Message("T", b"m0", uniq_key="id0"),
+                Message("T", b"m1", sharding_key="g", uniq_key="id1"),
+                Message("T", b"m2", tags="t2", uniq_key="id2")]
+    calls = plan_calls(messages, route, "", False, None)
+    assert [(c.group, list(c.context.indexes), list(c.context.message_ids)) for c in calls] == \
+        [(None, [0], ["id0"]), (None, [2], ["id2"]), ("g", [1], ["id1"])]
+    assert [[m.body for m in c.request.messages] for c in calls] == [[b"m0"], [b"m2"], [b"m1"]]
+    assert calls[0].context.queue.queue_id == -1
+    assert calls[2].context.queue == queue_for_group(queues, "g")
+
+    packed = plan_calls(messages, route, "ns", True, None)
+    assert [(c.group, list(c.context.indexes)) for c in packed] == [(None, [0, 2]), ("g", [1])]
+    assert [(m.body, m.system_properties.tag, m.system_properties.message_id,
+             m.topic.resource_namespace) for m in packed[0].request.messages] == \
+        [(b"m0", "", "id0", "ns"), (b"m2", "t2", "id2", "ns")]
 
 
 OFFICIAL_PARSE = r'''
@@ -210,27 +248,26 @@ print(json.dumps(out))
 
 @pytest.mark.skipif(not (ROOT / ".venv-grpc-peer" / ".installed-5.1.2").exists(),
                     reason="needs .venv-grpc-peer (ci/setup.sh)")
-def test_the_official_client_reads_our_hand_written_requests():
+def test_the_official_client_reads_our_requests():
     import json
 
     from rocketmq_spark.client import Message
-    from rocketmq_spark.client.grpc import convert, wire
+    from rocketmq_spark.client.grpc import convert
 
     now = 1_700_000_000_123
     messages = [Message("Orders", "body ✓".encode(), tags="created", keys=["k1", "k 2"],
                         properties={"region": "eu", "ü": "ß"}, uniq_key="A1"),
                 Message("Orders", b"\x00" * 300, sharding_key="customer-9", uniq_key="A2"),
                 Message("Orders", b"x", delay_level=3, uniq_key="A3")]
-    writer = wire.RequestWriter("Orders", "ns1", "10.1.2.3", now)
-    lines = "\n".join(writer.request([convert.encode(writer, m, now)[0]]).hex()
-                      for m in messages)
+    lines = "\n".join(spb.SendMessageRequest(messages=[convert.to_proto(m, "ns1", now)])
+                      .SerializeToString().hex() for m in messages)
     proc = subprocess.run([str(ROOT / ".venv-grpc-peer" / "bin" / "python"), "-c",
                            OFFICIAL_PARSE], input=lines, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     seen = json.loads(proc.stdout)
     common = {"topic": ["ns1", "Orders"], "encoding": pb.IDENTITY, "born": now,
-              "host": "10.1.2.3"}
+              "host": convert.BORN_HOST}
     assert seen == [
         dict(common, body="body ✓".encode().hex(), props={"region": "eu", "ü": "ß"},
              tag="created", keys=["k1", "k 2"], id="A1", type=pb.NORMAL, group=None,

@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import socket
 import time
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
 from ..errors import ProtocolError
 from ..producer import Message, SendResult
-from ..protocol import message as M
+from ..protocol.message import new_uniq_key
 from ..protocol.route import MessageQueue
-from . import definition_pb2 as pb
-from . import service_pb2 as spb
-from . import status as S
-from . import wire
+from . import definition_pb2 as definition
+from . import service_pb2 as service
+from . import status
 
 # The delay of each 4.x delay level (messageDelayLevel's default), in seconds.
 DELAY_LEVEL_SECONDS = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200,
@@ -54,10 +53,10 @@ def message_type(message: Message) -> int:
         raise ValueError("a message cannot have both a sharding_key (FIFO) and a delay_level "
                          "(DELAY) through the 5.x proxy")
     if message.sharding_key:
-        return pb.FIFO
+        return definition.FIFO
     if message.delay_level:
-        return pb.DELAY
-    return pb.NORMAL
+        return definition.DELAY
+    return definition.NORMAL
 
 
 def delivery_millis(delay_level: int, now_ms: int) -> int:
@@ -66,48 +65,39 @@ def delivery_millis(delay_level: int, now_ms: int) -> int:
     return now_ms + DELAY_LEVEL_SECONDS[delay_level - 1] * 1000
 
 
+def _timestamp(millis: int) -> dict:
+    """A ``google.protobuf.Timestamp``'s fields for ``millis`` since the epoch."""
+    seconds, ms = divmod(millis, 1000)
+    return {"seconds": seconds, "nanos": ms * 1_000_000}
+
+
 def to_proto(message: Message, namespace: str = "", now_ms: Optional[int] = None,
-             message_id: Optional[str] = None) -> pb.Message:
+             message_id: Optional[str] = None) -> definition.Message:
     """The proxy's ``Message`` for ``message``; raises ValueError for what the 5.x API cannot
-    carry."""
+    carry. Its ``system_properties.message_id`` is ``message_id``, else the message's
+    ``uniq_key``, else a fresh id."""
     if message.flag:
         raise ValueError(f"flag={message.flag}: the 5.x proxy API has no message flag")
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     kind = message_type(message)
     keys = message.keys
-    system = pb.SystemProperties(
-        message_id=message_id or message.uniq_key or M.new_uniq_key(),
-        body_encoding=pb.IDENTITY, message_type=kind, born_host=BORN_HOST)
-    system.born_timestamp.FromMilliseconds(now_ms)
-    if message.tags:
-        system.tag = message.tags
-    if keys:
-        system.keys.extend([keys] if isinstance(keys, str) else keys)
-    if kind == pb.FIFO:
+    system = definition.SystemProperties(
+        tag=message.tags or None,
+        keys=None if not keys else (keys,) if isinstance(keys, str) else keys,
+        message_id=message_id or message.uniq_key or new_uniq_key(),
+        body_encoding=definition.IDENTITY, message_type=kind,
+        born_timestamp=_timestamp(now_ms), born_host=BORN_HOST)
+    if kind == definition.FIFO:
         system.message_group = message.sharding_key
-    elif kind == pb.DELAY:
+    elif kind == definition.DELAY:
         system.delivery_timestamp.FromMilliseconds(delivery_millis(message.delay_level, now_ms))
-    out = pb.Message(topic=pb.Resource(name=message.topic, resource_namespace=namespace),
-                     system_properties=system, body=bytes(message.body))
-    if message.properties:
-        out.user_properties.update(message.properties)
-    return out
+    return definition.Message(
+        topic=definition.Resource(name=message.topic, resource_namespace=namespace),
+        user_properties=message.properties or None, system_properties=system,
+        body=bytes(message.body))
 
 
-def encode(writer: wire.RequestWriter, message: Message, now_ms: int) -> Tuple[bytes, str]:
-    """``message`` as a serialized ``Message`` (what :func:`to_proto` builds, written
-    directly) and its message id; raises ValueError for what the 5.x API cannot carry."""
-    if message.flag:
-        raise ValueError(f"flag={message.flag}: the 5.x proxy API has no message flag")
-    kind = message_type(message)
-    message_id = message.uniq_key or M.new_uniq_key()
-    delivery = delivery_millis(message.delay_level, now_ms) if kind == pb.DELAY else None
-    return writer.message(bytes(message.body), message_id, kind, message.tags,
-                          wire.split_keys(message.keys), message.properties,
-                          message.sharding_key if kind == pb.FIFO else None, delivery), message_id
-
-
-def send_results(response: spb.SendMessageResponse, message_ids: Sequence[str],
+def send_results(response: service.SendMessageResponse, message_ids: Sequence[str],
                  queue: MessageQueue, address: str) -> List[SendResult]:
     """One :class:`SendResult` per message sent, or the error the proxy reported.
 
@@ -117,15 +107,15 @@ def send_results(response: spb.SendMessageResponse, message_ids: Sequence[str],
     entries = response.entries
     if len(message_ids) == 1 and len(entries) == 1:  # one message per call: the usual case
         entry = entries[0]
-        if response.status.code not in S.OK_CODES or entry.status.code not in S.OK_CODES:
-            S.check(response.status, "SendMessage", address)
-            S.check(entry.status, "SendMessage", address)
+        if response.status.code not in status.OK_CODES or entry.status.code not in status.OK_CODES:
+            status.check(response.status, "SendMessage", address)
+            status.check(entry.status, "SendMessage", address)
         return [SendResult(SEND_OK, entry.message_id or message_ids[0], "", queue,
                            entry.offset)]
-    S.check(response.status, "SendMessage", address)
+    status.check(response.status, "SendMessage", address)
     entries = list(entries)
     for entry in entries:
-        S.check(entry.status, "SendMessage", address)
+        status.check(entry.status, "SendMessage", address)
     n = len(message_ids)
     if len(entries) == n:
         pairs = [(e.message_id or mid, e.offset) for e, mid in zip(entries, message_ids)]

@@ -15,18 +15,18 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Awaitable, Callable, Deque, Dict, List, Optional, Sequence
+from typing import Any, Awaitable, Callable, Deque, Dict, List, Optional, Sequence
 
 from ..errors import ClientClosed
 
 
 class Call:
-    """One SendMessage call: its serialized request, its message group (FIFO) or None, and
+    """One SendMessage call: its request, its message group (FIFO) or None, and
     ``on_done(call, results, error)`` for its outcome. ``context`` is the producer's own."""
 
     __slots__ = ("request", "group", "on_done", "context")
 
-    def __init__(self, request: bytes, group: Optional[str],
+    def __init__(self, request: Any, group: Optional[str],
                  on_done: Callable[["Call", Optional[list], Optional[BaseException]], None],
                  context=None):
         self.request, self.group, self.on_done, self.context = request, group, on_done, context
