@@ -6,12 +6,12 @@ import re
 import threading
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List
+from typing import Dict, Iterable, List
 
 from rocketmq_spark.client import Message, MessageQueue, Producer
 from rocketmq_spark.client.admin import Admin
 from feeder import PacedFeeder
-from source_helpers import wait_for
+from waiting import wait_until
 
 TOPIC_QUEUES = 6  # per broker: 2 brokers x 6 queues
 
@@ -107,12 +107,6 @@ def members(cluster, group: str) -> List[str]:
 
 def shares(holders: Dict[MessageQueue, str]) -> Dict[str, int]:
     return dict(Counter(holders.values()))
-
-
-def wait_until(predicate: Callable[[], object], timeout: float, what: str,
-               interval: float = 0.05):
-    """source_helpers.wait_for with the group tests' argument order."""
-    return wait_for(predicate, timeout, interval, what)
 
 
 def duplicates(keys: Iterable[int]) -> Dict[int, int]:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import itertools
-import time
 from collections import defaultdict
 from typing import Dict, Iterable, List, Optional
 
@@ -64,16 +63,6 @@ def start_memory(df, name: str, checkpoint: str):
 
 def ids_of(rows) -> List[int]:
     return sorted(int(r["keys"]) for r in rows)
-
-
-def wait_for(predicate, timeout: float = 60, interval: float = 0.2, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def committed(namesrv: str, topic: str, group: str) -> Dict[str, Optional[int]]:

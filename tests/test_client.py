@@ -16,6 +16,7 @@ from rocketmq_spark.client import (
 from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
 from rocketmq_spark.client.protocol.properties import java_string_hash
+from waiting import wait_until
 
 GROUP = "test-group"
 
@@ -120,14 +121,14 @@ def test_first_send_auto_creates_the_topic_through_tbw102(cluster, admin, produc
         admin.names.route("BrandNewTopic")
     result = producer.send(Message("BrandNewTopic", b"hello"))
     assert result.status == "SEND_OK"
-    deadline = time.monotonic() + 5
-    while True:
+
+    def queues_once_routed():
         try:
-            queues = admin.queues("BrandNewTopic", refresh=True)
-            break
+            return admin.queues("BrandNewTopic", refresh=True)
         except RouteNotFound:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+            return None
+
+    queues = wait_until(queues_once_routed, 5, "BrandNewTopic's route")
     assert result.queue in queues
 
 

@@ -22,6 +22,7 @@ from rocketmq_spark.client.protocol.frame import FrameDecoder, RemotingCommand, 
 from rocketmq_spark.client.remoting import RemotingClient
 from rocketmq_spark.client.broker import BrokerClient
 from rocketmq_spark.client.protocol.route import MessageQueue
+from waiting import wait_until
 
 
 class ScriptedPeer:
@@ -124,9 +125,7 @@ def test_oneway_gets_no_future_and_sets_flag(peer_factory):
     peer = peer_factory(lambda sock, cmd: None)
     conn = Connection(peer.address)
     assert conn.send_request(RemotingCommand(code=15), oneway=True) is None
-    deadline = time.monotonic() + 2
-    while not peer.requests and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: peer.requests, 2, "the oneway request at the peer")
     assert peer.requests[0].is_oneway
     conn.close()
 
@@ -196,9 +195,7 @@ def test_peer_requests_are_answered_not_supported(peer_factory):
     seen = []
     conn = Connection(peer.address, request_handler=lambda c, cmd: seen.append(cmd.code))
     conn.invoke(RemotingCommand(code=34), 5)
-    deadline = time.monotonic() + 2
-    while not answers and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: answers, 2, "the answer to the server's request")
     assert seen == [307, 40]
     assert [(a.code, a.opaque, a.flag & FLAG_RESPONSE) for a in answers] == [(3, 99, 1)]
     conn.close()

@@ -28,6 +28,7 @@ from rocketmq_spark.client.protocol.route import ClusterInfo, TopicRouteData, lo
 from rocketmq_spark.embedded import EmbeddedCluster
 from raw_client import RawClient
 from rocketmq_spark.embedded.tls import client_context
+from waiting import wait_until
 
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 PULL_KEYS = {"suggestWhichBrokerId", "nextBeginOffset", "maxOffset", "minOffset"}
@@ -677,9 +678,8 @@ def test_heartbeat_registry_and_notify(cluster, ns):
     finally:
         c1.close()
         c2.close()
-    deadline = time.monotonic() + 2
-    while cluster.consumer_clients("HbG") and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: not cluster.consumer_clients("HbG"), 2,
+               "the closed clients to leave the group")
     with RawClient(addr) as c3:
         gone = c3.request(CONSUMER_LIST, {"consumerGroup": "HbG"})
         assert (gone.code, gone.ext_fields, gone.remark) == (

@@ -24,6 +24,7 @@ from rocketmq_spark.embedded import EmbeddedCluster
 from rocketmq_spark.embedded.__main__ import _parse_args
 from rocketmq_spark.embedded.options import ServerOptions
 from raw_client import RawClient
+from waiting import wait_until
 
 SEND_V2, SEND_BATCH, PULL, HEART_BEAT, UNREGISTER = 310, 320, 11, 34, 35
 END_TRANSACTION, CHECK_TRANSACTION_STATE, GET_MAX_OFFSET = 37, 39, 30
@@ -74,16 +75,6 @@ def pull(client, topic: str, queue_id: int = 0, offset: int = 0):
               "subscription": "*"}
     resp = client.request(PULL, fields)
     return decode_messages(resp.body, decompress=False) if resp.code == 0 else []
-
-
-def wait_for(predicate, timeout: float = 5.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def register_producer(client, group: str = GROUP, client_id: str = "127.0.0.1@txn") -> None:
@@ -186,7 +177,7 @@ def test_commit_delivers_the_message_once_with_the_genuine_fields(quiet_cluster,
     handle = send_half(quiet, b"commit-me", queue_id=1, tags="TagA", flag=3)
     other = send_half(quiet, b"still-pending", queue_id=1)
     end(quiet, handle, COMMIT)
-    [msg] = wait_for(lambda: pull(quiet, TOPIC, 1), what="the committed message")
+    [msg] = wait_until(lambda: pull(quiet, TOPIC, 1), 5, "the committed message")
     assert msg.body == b"commit-me" and msg.flag == 3 and msg.queue_offset == 0
     assert msg.sys_flag & 0xC == 8  # TRANSACTION_COMMIT_TYPE
     assert msg.prepared_transaction_offset == handle["commitLogOffset"]
@@ -205,7 +196,7 @@ def test_commit_delivers_the_message_once_with_the_genuine_fields(quiet_cluster,
 def test_rollback_writes_only_the_op_message(quiet_cluster, quiet):
     handle = send_half(quiet, b"roll-me-back", queue_id=0)
     end(quiet, handle, ROLLBACK)
-    [op] = wait_for(lambda: pull(quiet, OP, 0), what="the op message")
+    [op] = wait_until(lambda: pull(quiet, OP, 0), 5, "the op message")
     assert op.body == str(handle["queueOffset"]).encode()
     assert pull(quiet, TOPIC, 0) == []
     assert quiet_cluster.pending_transactions() == []
@@ -218,8 +209,8 @@ def test_a_second_commit_stores_the_message_again(quiet_cluster, quiet):
     handle = send_half(quiet, b"twice", queue_id=3)
     end(quiet, handle, COMMIT)
     end(quiet, handle, COMMIT)
-    msgs = wait_for(lambda: len(pull(quiet, TOPIC, 3)) == 2 and pull(quiet, TOPIC, 3),
-                    what="two copies")
+    msgs = wait_until(lambda: len(pull(quiet, TOPIC, 3)) == 2 and pull(quiet, TOPIC, 3),
+                    timeout=5, what="two copies")
     assert [m.body for m in msgs] == [b"twice", b"twice"]
     assert [m.queue_offset for m in msgs] == [0, 1]
 
@@ -274,7 +265,7 @@ def test_check_back_goes_to_the_registered_producer_with_the_genuine_header(clus
         assert copy.physical_offset == int(f["commitLogOffset"])
         assert copy.properties["TRANSACTION_CHECK_TIMES"] == "1"
         answer(producer, check, COMMIT)
-        [real] = wait_for(lambda: pull(broker, TOPIC, 2), what="the committed message")
+        [real] = wait_until(lambda: pull(broker, TOPIC, 2), 5, "the committed message")
         assert real.body == b"ask-me" and real.sys_flag & 0xC == 8
         assert real.prepared_transaction_offset == int(f["commitLogOffset"])
         time.sleep(1.0)  # three more passes: settled, so no more checks and no second copy
@@ -289,7 +280,7 @@ def test_check_back_answered_rollback_is_never_delivered(cluster, broker):
         send_half(broker, b"no", queue_id=0)
         check = producer.wait_server_request(CHECK_TRANSACTION_STATE, timeout=5)
         answer(producer, check, ROLLBACK)
-        wait_for(lambda: cluster.pending_transactions() == [], what="the rollback")
+        wait_until(lambda: cluster.pending_transactions() == [], 5, "the rollback")
         time.sleep(0.8)
         assert len(checks(producer)) == 1
         assert pull(broker, TOPIC, 0) == []
@@ -306,8 +297,8 @@ def test_unknown_answers_are_checked_again_then_discarded_after_the_max(cluster,
                 seen.append(check)
                 answer(producer, check, UNKNOWN)
             time.sleep(0.02)
-        seen = wait_for(lambda: len(checks(producer)) >= 3 and checks(producer),
-                        what="three checks")  # the last may still be on its way
+        seen = wait_until(lambda: len(checks(producer)) >= 3 and checks(producer),
+                        timeout=5, what="three checks")  # the last may still be on its way
         times = [decode_message(c.body)[0].properties["TRANSACTION_CHECK_TIMES"] for c in seen]
         assert times == ["1", "2", "3"]  # transaction_check_max=3, then discarded
         [dead] = pull(broker, MAX_TIME, 0)
@@ -367,7 +358,7 @@ def test_a_closed_or_unregistered_producer_is_not_asked(cluster, broker):
             check = live.wait_server_request(CHECK_TRANSACTION_STATE, timeout=5)
             assert check is not None and checks(left) == []
             answer(live, check, COMMIT)
-            wait_for(lambda: pull(broker, TOPIC, 0), what="the committed message")
+            wait_until(lambda: pull(broker, TOPIC, 0), 5, "the committed message")
 
 
 def test_dropped_end_transaction_is_settled_by_the_check_back(cluster, broker):
@@ -382,7 +373,7 @@ def test_dropped_end_transaction_is_settled_by_the_check_back(cluster, broker):
         assert pull(broker, TOPIC, 3) == []
         assert int(check.fields["tranStateTableOffset"]) > handle["queueOffset"]
         answer(producer, check, COMMIT)
-        [msg] = wait_for(lambda: pull(broker, TOPIC, 3), what="the settled message")
+        [msg] = wait_until(lambda: pull(broker, TOPIC, 3), 5, "the settled message")
         assert msg.body == b"lost-commit"
         time.sleep(0.8)
         assert len(pull(broker, TOPIC, 3)) == 1 and len(checks(producer)) == 1
@@ -415,7 +406,7 @@ def test_pending_half_messages_and_check_counts_survive_a_restart(tmp_path):
             check = producer.wait_server_request(CHECK_TRANSACTION_STATE, timeout=5)
             assert decode_message(check.body)[0].properties["TRANSACTION_CHECK_TIMES"] == "2"
             answer(producer, check, COMMIT)
-            [msg] = wait_for(lambda: pull(producer, TOPIC, 0), what="the committed message")
+            [msg] = wait_until(lambda: pull(producer, TOPIC, 0), 5, "the committed message")
             assert msg.body == b"kept"
 
 
@@ -434,7 +425,7 @@ def test_cpp_push_consumer_sees_only_committed_messages(quiet_cluster, quiet):
         end(quiet, handles[i], COMMIT)
     end(quiet, handles[3], ROLLBACK)  # and 7 stays pending
     committed = sorted(f"txn-{i}" for i in (0, 1, 2, 4, 5, 6))
-    wait_for(lambda: sum(len(pull(quiet, TOPIC, q)) for q in range(4)) == 6, what="commits")
+    wait_until(lambda: sum(len(pull(quiet, TOPIC, q)) for q in range(4)) == 6, 5, "commits")
     proc = subprocess.run(
         [sys.executable, str(CPP_PEER), "push", "--namesrv", quiet_cluster.namesrv_addr,
          "--topic", TOPIC, "--group", "CppTxnG", "--expect", "6", "--timeout", "30",

@@ -25,6 +25,7 @@ import pytest
 from rocketmq_spark.client.protocol.frame import FrameDecoder, RemotingCommand, encode_frame
 from rocketmq_spark.client.protocol.message import parse_offset_msg_id
 from rocketmq_spark.embedded import EmbeddedCluster, accelerator
+from waiting import wait_until
 
 SEND_V2, PULL, END_TRANSACTION, GET_MAX_OFFSET = 310, 11, 37, 30
 JSON, ROCKETMQ = 0, 1
@@ -122,10 +123,8 @@ def start_broker(data_dir: Path, port: int, fast: bool, topics: Dict[str, int],
         for topic, queues in topics.items():
             cluster.create_topic(topic, queues)
         conns = [Conn(broker.addr) for _ in range(connections)]
-        deadline = time.monotonic() + 5
-        while len(server.connections) < connections:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_until(lambda: len(server.connections) >= connections, 5,
+                   f"{connections} connections at the server")
         for c in server.connections:
             c.peer = PEER
     except BaseException:

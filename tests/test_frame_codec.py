@@ -2,6 +2,7 @@
 stream decoder, and what happens to bad bytes."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import struct
@@ -481,36 +482,83 @@ def test_decoder_and_decode_frame_agree_on_frame_level_positions():
         protocol_error(decode_frame, bad).position == 4
 
 
+def outcome(decode, data: bytes):
+    """``(result, None)`` or ``(None, error)``; any exception but ProtocolError escapes."""
+    try:
+        return decode(data), None
+    except ProtocolError as err:
+        return None, err
+
+
+def assert_positioned(err: ProtocolError, data: bytes, offset: int = 0) -> None:
+    """A documented error: a plain ProtocolError placed inside the bytes it names."""
+    assert type(err) is ProtocolError
+    assert err.where in ("frame", "header", "stream")
+    limit = len(data) - (offset if err.where == "frame" else 0)
+    assert 0 <= err.position <= limit
+    assert f"(at byte {err.position} of the {err.where}" in str(err)
+
+
+def assert_body_follows_header(cmd: RemotingCommand, payload: bytes) -> None:
+    """A decoded command's serialization and body are the ones its length words give."""
+    (word,) = struct.unpack_from(">I", payload)
+    assert isinstance(cmd, RemotingCommand)
+    assert cmd.serialize_type == word >> 24
+    assert cmd.body == payload[4 + (word & 0xFFFFFF):]
+
+
+def assert_decoders_agree(data: bytes) -> RemotingCommand:
+    """``decode_frame``, ``decode_payload`` and ``FrameDecoder`` give the same command for the
+    same bytes, or the same error at the same place; returns the command (None on an error)."""
+    cmd, err = outcome(decode_frame, data)
+    streamed, stream_err = outcome(FrameDecoder().feed, data)
+    if err is not None:
+        assert_positioned(err, data)
+    if stream_err is not None:
+        assert_positioned(stream_err, data)
+    length_matches = len(data) >= 4 and struct.unpack_from(">I", data)[0] + 4 == len(data)
+    if not length_matches:
+        assert cmd is None and err.where == "frame" and err.position == 0
+        assert "length prefix" in str(err)
+        return None
+    payload_cmd, payload_err = outcome(decode_payload, data[4:])
+    if cmd is not None:
+        assert_body_follows_header(cmd, data[4:])
+        assert payload_cmd == cmd and streamed == [cmd]
+        return cmd
+    assert_positioned(payload_err, data[4:])
+    assert payload_err.where == err.where and stream_err.where == err.where
+    shift = 4 if err.where == "frame" else 0
+    assert payload_err.position + shift == err.position == stream_err.position
+    return None
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=300))
 def test_arbitrary_bytes_give_commands_or_protocol_errors(data):
-    for attempt in (lambda: decode_frame(data), lambda: decode_payload(data),
-                    lambda: FrameDecoder().feed(data)):
-        try:
-            attempt()
-        except ProtocolError:
-            pass
+    assert_decoders_agree(data)
 
 
 @settings(max_examples=300, deadline=None)
 @given(ANY_COMMAND, st.data())
 def test_corrupted_frames_give_commands_or_protocol_errors(cmd, data):
-    """Damage a valid frame after its length prefix (so the header parsers see it)."""
+    """Damage a valid frame after its length prefix (so the header parsers see it): the result
+    agrees across the decoders, and a frame whose header was spared keeps its fields."""
     raw = bytearray(encode_frame(cmd))
+    header_end = 8 + (struct.unpack_from(">I", raw, 4)[0] & 0xFFFFFF)
+    # half the frames are damaged anywhere, half only in the body (when there is one)
+    first = data.draw(st.sampled_from([4, header_end])) if header_end < len(raw) else 4
+    damaged_at = []
     for _ in range(data.draw(st.integers(1, 4))):
-        i = data.draw(st.integers(4, len(raw) - 1))
+        i = data.draw(st.integers(first, len(raw) - 1))
         raw[i] = data.draw(st.integers(0, 255))
-    cut = data.draw(st.integers(8, len(raw)))
+        damaged_at.append(i)
+    cut = data.draw(st.integers(8 if first == 4 else header_end, len(raw)))
     damaged = struct.pack(">I", cut - 4) + bytes(raw[4:cut])
-    try:
-        decode_frame(damaged)
-    except ProtocolError:
-        pass
-    decoder = FrameDecoder()
-    try:
-        decoder.feed(damaged)
-    except ProtocolError:
-        pass
+    back = assert_decoders_agree(damaged)
+    if min(damaged_at) >= header_end and cut >= header_end:
+        assert back is not None
+        assert back == dataclasses.replace(cmd, body=bytes(raw[header_end:cut]))
 
 
 def test_decoder_never_waits_forever_on_a_hostile_stream():

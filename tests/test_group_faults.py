@@ -20,10 +20,11 @@ import pytest
 from app_process import AppProcess
 from group_helpers import (
     TOPIC_QUEUES, Feeder, duplicates, lock_holders, member_query, queues_of, running_queues,
-    shares, sink_rows, wait_until,
+    shares, sink_rows,
 )
 from rocketmq_spark.client.protocol.route import MessageQueue
 from rocketmq_spark.source.allocation import allocate_all
+from waiting import wait_until
 
 APP = Path(__file__).resolve().parent / "group_member_app.py"
 

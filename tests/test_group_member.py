@@ -22,7 +22,8 @@ from rocketmq_spark.client.remoting import RemotingClient
 from rocketmq_spark.source.allocation import allocate_all
 from rocketmq_spark.source.membership import GroupMember, member_client_id
 
-from group_helpers import lock_holders, wait_until
+from group_helpers import lock_holders
+from waiting import wait_until
 
 HERE = Path(__file__).resolve().parent
 

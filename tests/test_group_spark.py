@@ -18,10 +18,11 @@ import pytest
 
 from group_helpers import (
     TOPIC_QUEUES, Feeder, LockHolder, duplicates, lock_holders, member_query, members,
-    queues_of, queues_read, running_queues, shares, sink_rows, wait_until,
+    queues_of, queues_read, running_queues, shares, sink_rows,
 )
 from rocketmq_spark.source.allocation import allocate_all
 from source_helpers import committed, max_offsets
+from waiting import wait_until
 
 def union_keys(spark, work: Path, names):
     return [int(r["keys"]) for n in names for r in sink_rows(spark, work, n)]

@@ -13,7 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocketmq_spark.client.errors import MessageDecodeError, ProtocolError
-from rocketmq_spark.client.protocol import properties as P
+from rocketmq_spark.client.protocol.properties import (
+    decode_properties, encode_properties, java_hashmap_order, java_string_hash,
+    split_tags_expression,
+)
 from rocketmq_spark.client.protocol.frame import RemotingCommand, decode_frame, encode_frame
 from rocketmq_spark.client.protocol.message import (
     MAGIC_V1, MAGIC_V2, BatchEntry, UniqKeyFactory, compress_body, decode_batch,
@@ -95,8 +98,8 @@ def test_tv3_decodes_to_its_published_fields(record, size):
 def test_encode_stored_message_reproduces_tv3_both_forms():
     assert stored(properties="TAGS\x01a\x02") == TV3
     assert stored(properties="TAGS\x01a") == TV3_LEGACY
-    assert stored(properties=P.encode_properties({"TAGS": "a"})) == TV3
-    assert stored(properties=P.encode_properties({"TAGS": "a"}, trailing_separator=False)) \
+    assert stored(properties=encode_properties({"TAGS": "a"})) == TV3
+    assert stored(properties=encode_properties({"TAGS": "a"}, trailing_separator=False)) \
         == TV3_LEGACY
 
 
@@ -151,7 +154,7 @@ def test_tv6_batch_element_encodes_and_decodes(data, props):
     assert encode_batch([BatchEntry(body=b"hi", properties=props)]) == data
     (entry,) = decode_batch(data)
     assert entry == BatchEntry(body=b"hi", properties=props, flag=0)
-    assert P.decode_properties(entry.properties) == {"TAGS": "a"}
+    assert decode_properties(entry.properties) == {"TAGS": "a"}
 
 
 @settings(max_examples=100, deadline=None)
@@ -213,7 +216,7 @@ def stored_messages(draw) -> dict:
 @given(stored_messages())
 def test_stored_messages_round_trip(fields):
     props, trailing = fields.pop("props"), fields.pop("trailing")
-    record = encode_stored_message(properties=P.encode_properties(props, trailing), **fields)
+    record = encode_stored_message(properties=encode_properties(props, trailing), **fields)
     msg, end = decode_message(record)
     assert end == len(record) == msg.store_size
     born_v6 = ":" in fields["born_host"].rpartition(":")[0]
@@ -229,7 +232,7 @@ def test_stored_messages_round_trip(fields):
     assert msg.magic == (MAGIC_V2 if long_topic else MAGIC_V1)
     assert len(record) == (91 + long_topic + 12 * born_v6 + 12 * store_v6 + len(fields["body"])
                            + len(fields["topic"].encode())
-                           + len(P.encode_properties(props, trailing).encode()))
+                           + len(encode_properties(props, trailing).encode()))
     assert parse_offset_msg_id(msg.offset_msg_id) == (fields["store_host"],
                                                       fields["physical_offset"])
 
@@ -384,63 +387,84 @@ def test_corrupt_records_raise_message_decode_error_at_the_fault(data, position,
     assert words in str(err)
 
 
+DAMAGE_RECORDS = [TV3, stored(body=b"x" * 40, born_host="[::1]:1", magic=MAGIC_V2),
+                  stored(body=compress_body(b"y" * 50, 2)[0], sys_flag=0x201)]
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_damaged_pull_bodies_give_messages_or_message_decode_errors(data):
-    body = bytearray(TV3 + stored(body=b"x" * 40, born_host="[::1]:1", magic=MAGIC_V2)
-                     + stored(body=compress_body(b"y" * 50, 2)[0], sys_flag=0x201))
+    """The records before the first damaged byte decode as they were; anything else is a
+    MessageDecodeError placed at or after the start of the first damaged or cut record."""
+    body = bytearray(b"".join(DAMAGE_RECORDS))
+    damaged_at = []
     for _ in range(data.draw(st.integers(1, 4))):
-        body[data.draw(st.integers(0, len(body) - 1))] = data.draw(st.integers(0, 255))
+        i = data.draw(st.integers(0, len(body) - 1))
+        body[i] = data.draw(st.integers(0, 255))
+        damaged_at.append(i)
     cut = data.draw(st.integers(0, len(body)))
+    verify_crc = data.draw(st.booleans())
+    spoiled_from = min(damaged_at + [cut])
+    intact, start = [], 0
+    for record in DAMAGE_RECORDS:
+        if start + len(record) > spoiled_from:
+            break
+        intact.append(start)
+        start += len(record)
+    originals = decode_messages(b"".join(DAMAGE_RECORDS))
     try:
-        decode_messages(bytes(body[:cut]), verify_crc=data.draw(st.booleans()))
-    except MessageDecodeError:
-        pass
+        messages = decode_messages(bytes(body[:cut]), verify_crc=verify_crc)
+    except MessageDecodeError as err:
+        assert err.where == "pull body" and start <= err.position < cut
+        assert f"(at byte {err.position} of the pull body" in str(err)
+        return
+    assert len(messages) >= len(intact)
+    assert messages[:len(intact)] == originals[:len(intact)]
 
 
 # ---------------------------------------------------------------- properties (§5.3)
 
 
 def test_properties_decode_both_trailing_forms_alike():
-    assert P.decode_properties("TAGS\x01a\x02KEYS\x01k1 k2") == \
-        P.decode_properties("TAGS\x01a\x02KEYS\x01k1 k2\x02") == {"TAGS": "a", "KEYS": "k1 k2"}
+    assert decode_properties("TAGS\x01a\x02KEYS\x01k1 k2") == \
+        decode_properties("TAGS\x01a\x02KEYS\x01k1 k2\x02") == {"TAGS": "a", "KEYS": "k1 k2"}
 
 
 def test_properties_with_an_empty_name_or_value_are_dropped():
-    assert P.decode_properties("EMPTY\x01\x02\x01orphan\x02KEYS\x01k\x02") == {"KEYS": "k"}
+    assert decode_properties("EMPTY\x01\x02\x01orphan\x02KEYS\x01k\x02") == {"KEYS": "k"}
 
 
 def test_later_duplicate_properties_win():
-    assert P.decode_properties("UNIQ_KEY\x01A\x02TAGS\x01t\x02UNIQ_KEY\x01B") == \
+    assert decode_properties("UNIQ_KEY\x01A\x02TAGS\x01t\x02UNIQ_KEY\x01B") == \
         {"UNIQ_KEY": "B", "TAGS": "t"}
 
 
 def test_the_first_separator_splits_name_and_value():
-    assert P.decode_properties("K\x01a\x01b") == {"K": "a\x01b"}
+    assert decode_properties("K\x01a\x01b") == {"K": "a\x01b"}
 
 
 def test_property_items_shorter_than_three_characters_are_skipped():
-    assert P.decode_properties("ab\x02a\x01\x02x\x01y") == {"x": "y"}
-    assert P.decode_properties("") == {}
+    assert decode_properties("ab\x02a\x01\x02x\x01y") == {"x": "y"}
+    assert decode_properties("") == {}
 
 
 def test_encode_properties_writes_both_forms():
     props = {"KEYS": "k", "TAGS": "a"}
-    assert P.encode_properties(props) == "KEYS\x01k\x02TAGS\x01a\x02"
-    assert P.encode_properties(props, trailing_separator=False) == "KEYS\x01k\x02TAGS\x01a"
-    assert P.encode_properties({}) == ""
+    assert encode_properties(props) == "KEYS\x01k\x02TAGS\x01a\x02"
+    assert encode_properties(props, trailing_separator=False) == "KEYS\x01k\x02TAGS\x01a"
+    assert encode_properties({}) == ""
 
 
 @pytest.mark.parametrize("props", [{"a\x01": "v"}, {"k": "v\x02"}, {"k\x02": "v"}])
 def test_encode_properties_rejects_separators(props):
     with pytest.raises(ValueError):
-        P.encode_properties(props)
+        encode_properties(props)
 
 
 @settings(max_examples=100, deadline=None)
 @given(PROPS, st.booleans())
 def test_properties_round_trip(props, trailing):
-    assert P.decode_properties(P.encode_properties(props, trailing)) == props
+    assert decode_properties(encode_properties(props, trailing)) == props
 
 
 # ---------------------------------------------------------------- hosts and message ids (§5.5)
@@ -506,37 +530,37 @@ def java_hash_oracle(text: str) -> int:
 
 
 def test_java_string_hash_of_the_published_examples():
-    assert P.java_string_hash("a") == 97
-    assert P.java_string_hash("TagA") == 2598919
-    assert P.java_string_hash("") == 0
+    assert java_string_hash("a") == 97
+    assert java_string_hash("TagA") == 2598919
+    assert java_string_hash("") == 0
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=30))
 def test_java_string_hash_follows_utf16_code_units(text):
-    assert P.java_string_hash(text) == java_hash_oracle(text)
+    assert java_string_hash(text) == java_hash_oracle(text)
 
 
 def test_java_string_hash_wraps_to_negative_ints():
     text = "polygenelubricants"  # famous for hashing to Integer.MIN_VALUE in Java
-    assert P.java_string_hash(text) == java_hash_oracle(text) == -2 ** 31
+    assert java_string_hash(text) == java_hash_oracle(text) == -2 ** 31
 
 
 def test_hashmap_order_of_the_stored_properties_in_the_capture_examples():
-    assert P.java_hashmap_order(["KEYS", "TAGS", "UNIQ_KEY", "CLUSTER"]) == \
+    assert java_hashmap_order(["KEYS", "TAGS", "UNIQ_KEY", "CLUSTER"]) == \
         ["KEYS", "UNIQ_KEY", "CLUSTER", "TAGS"]
-    assert P.java_hashmap_order(["KEYS", "TAGS", "UNIQ_KEY", "color", "CLUSTER"]) == \
+    assert java_hashmap_order(["KEYS", "TAGS", "UNIQ_KEY", "color", "CLUSTER"]) == \
         ["color", "KEYS", "UNIQ_KEY", "CLUSTER", "TAGS"]
 
 
 def test_hashmap_order_keeps_insertion_order_within_a_bucket():
-    assert P.java_string_hash("Aa") == P.java_string_hash("BB")  # Java's classic collision
-    assert P.java_hashmap_order(["Aa", "BB"]) == ["Aa", "BB"]
-    assert P.java_hashmap_order(["BB", "Aa"]) == ["BB", "Aa"]
+    assert java_string_hash("Aa") == java_string_hash("BB")  # Java's classic collision
+    assert java_hashmap_order(["Aa", "BB"]) == ["Aa", "BB"]
+    assert java_hashmap_order(["BB", "Aa"]) == ["BB", "Aa"]
 
 
 def test_hashmap_order_ignores_repeated_keys():
-    assert P.java_hashmap_order(["TAGS", "KEYS", "TAGS"]) == P.java_hashmap_order(["TAGS", "KEYS"])
+    assert java_hashmap_order(["TAGS", "KEYS", "TAGS"]) == java_hashmap_order(["TAGS", "KEYS"])
 
 
 def test_hashmap_order_reproduces_every_stored_message_of_the_capture(capture):
@@ -562,7 +586,7 @@ def test_hashmap_order_reproduces_every_stored_message_of_the_capture(capture):
             stored_keys = [item.split("\x01", 1)[0] for item in text.split("\x02")]
             uniq = dict(item.split("\x01", 1) for item in text.split("\x02")).get("UNIQ_KEY")
             if uniq is not None:
-                assert stored_keys == P.java_hashmap_order(sent_order[uniq]), stored_keys
+                assert stored_keys == java_hashmap_order(sent_order[uniq]), stored_keys
                 checked.add(uniq)
             pos += layout[0]
     assert len(checked) == 12  # every single send of the capture (the batch has no UNIQ_KEY)
@@ -576,4 +600,4 @@ def test_hashmap_order_reproduces_every_stored_message_of_the_capture(capture):
     ("a || b", ["a", "b"]), (" a ||  || b ||", ["a", "b"]),
 ])
 def test_split_tags_expression(expression, tags):
-    assert P.split_tags_expression(expression) == tags
+    assert split_tags_expression(expression) == tags

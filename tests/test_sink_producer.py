@@ -23,6 +23,7 @@ from rocketmq_spark.client.protocol import properties as P
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
 from rocketmq_spark.client.protocol.message import decode_messages
 from rocketmq_spark.client.pull import is_transient
+from waiting import wait_until
 
 CPP_PEER = Path(__file__).resolve().parent / "cpp_peer.py"
 
@@ -217,9 +218,7 @@ def test_a_delayed_message_waits_in_the_schedule_topic(embedded_cluster_factory,
     assert (later.queue.queue_id, later.queue_offset) == (0, 0), "the schedule queue's offset"
     assert [m.body for *_, m in stored(cluster, topic)] == [b"now"]
     assert cluster.max_offset("SCHEDULE_TOPIC_XXXX", "broker-a", 0) == 1
-    deadline = time.monotonic() + 10
-    while len(stored(cluster, topic)) < 3 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: len(stored(cluster, topic)) >= 3, 10, "the three messages stored")
     got = {m.body: m for *_, m in stored(cluster, topic)}
     assert list(got) == [b"now", b"later", b"capped"]
     m = got[b"later"]
@@ -240,13 +239,10 @@ def test_delayed_messages_survive_a_restart_without_a_second_delivery(tmp_path, 
         with Producer(c.namesrv_addr) as producer:
             producer.send(Message(topic, b"soon", delay_level=1))
             producer.send(Message(topic, b"after-restart", delay_level=2))
-        deadline = time.monotonic() + 5
-        while len(stored(c, topic)) < 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: len(stored(c, topic)) >= 1, 5, "the first delayed message")
     with EmbeddedCluster(brokers=1, data_dir=tmp_path, message_delay_level="300ms 3s") as c:
-        deadline = time.monotonic() + 10
-        while len(stored(c, topic)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: len(stored(c, topic)) >= 2, 10,
+                   "the message delayed over the restart")
         time.sleep(0.5)
         assert [m.body for *_, m in stored(c, topic)] == [b"soon", b"after-restart"]
 

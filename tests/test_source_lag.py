@@ -8,7 +8,8 @@ import pytest
 from rocketmq_spark import RocketMQLagListener
 from rocketmq_spark.options import OptionError
 from rocketmq_spark.source.lag import offsets_behind
-from source_helpers import reader, run_available_now, wait_for
+from source_helpers import reader, run_available_now
+from waiting import wait_until
 
 
 def test_offsets_behind_counts_queues_in_both_offsets_only():
@@ -43,7 +44,7 @@ def test_lag_in_offsets_and_time_per_micro_batch(spark, embedded_cluster_session
                     maxMessagesPerTrigger=50)
         query = run_available_now(spark, df, str(tmp_path / "cp"))
         batches = len(query.recentProgress)
-        wait_for(lambda: len(lag.reports(query.id)) == batches, what="a report per batch")
+        wait_until(lambda: len(lag.reports(query.id)) == batches, 60, "a report per batch")
     finally:
         spark.streams.removeListener(lag)
         lag.close()

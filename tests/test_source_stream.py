@@ -17,8 +17,9 @@ from chispa import assert_df_equality
 
 from rocketmq_spark.client.admin import Admin
 from source_helpers import (
-    committed, ids_of, max_offsets, produce, reader, run_available_now, start_memory, wait_for,
+    committed, ids_of, max_offsets, produce, reader, run_available_now, start_memory,
 )
+from waiting import wait_until
 
 PEER = Path(__file__).resolve().parent / "cpp_peer.py"
 
@@ -66,8 +67,8 @@ def test_running_query_stopped_midway_and_restarted(spark, cluster, topic, tmp_p
         .option("checkpointLocation", checkpoint).trigger(processingTime="0 seconds").start()
     try:
         produce(cluster.namesrv_addr, topic, range(0, 2000))
-        wait_for(lambda: query.lastProgress and query.lastProgress["numInputRows"] > 0,
-                 what="a first batch with rows")
+        wait_until(lambda: query.lastProgress and query.lastProgress["numInputRows"] > 0,
+                 timeout=60, what="a first batch with rows")
     finally:
         query.stop()
     produce(cluster.namesrv_addr, topic, range(2000, 2500))
@@ -107,9 +108,9 @@ def test_starting_offsets_latest_reads_only_new_messages(spark, cluster, topic, 
     df = reader(spark, cluster.namesrv_addr, topic, startingOffsets="latest")
     query = start_memory(df, "latest_mode", str(tmp_path / "cp"))
     try:
-        wait_for(lambda: query.lastProgress is not None, what="batch 0")
+        wait_until(lambda: query.lastProgress is not None, 60, "batch 0")
         produce(cluster.namesrv_addr, topic, range(100, 150))
-        wait_for(lambda: spark.table("latest_mode").count() >= 50, what="the new messages")
+        wait_until(lambda: spark.table("latest_mode").count() >= 50, 60, "the new messages")
         query.processAllAvailable()
         assert ids_of(spark.table("latest_mode").collect()) == list(range(100, 150))
     finally:
@@ -122,12 +123,12 @@ def test_a_topic_created_after_the_stream_started_is_read_from_its_first_message
     df = reader(spark, cluster.namesrv_addr, late)  # startingOffsets=latest, no route yet
     query = start_memory(df, "late_topic", str(tmp_path / "cp"))
     try:
-        wait_for(lambda: query.lastProgress is not None, what="batch 0")
+        wait_until(lambda: query.lastProgress is not None, 60, "batch 0")
         assert json.loads(query.lastProgress["sources"][0]["endOffset"]) == {
             "(no queues yet)": 0}, "the start is pinned even with no queue"
         cluster.create_topic(late, queues=2)
         produce(cluster.namesrv_addr, late, range(40))  # before the stream sees the topic
-        wait_for(lambda: spark.table("late_topic").count() >= 40, timeout=120,
+        wait_until(lambda: spark.table("late_topic").count() >= 40, timeout=120,
                  what="the late topic's rows")
         query.processAllAvailable()
         assert ids_of(spark.table("late_topic").collect()) == list(range(40))
@@ -168,13 +169,13 @@ def test_topic_grown_from_4_to_8_queues_mid_stream(spark, cluster, topic, tmp_pa
     df = reader(spark, cluster.namesrv_addr, topic, startingOffsets="earliest")
     query = start_memory(df, "grown", str(tmp_path / "cp"))
     try:
-        wait_for(lambda: spark.table("grown").count() == 200, what="the first 200")
+        wait_until(lambda: spark.table("grown").count() == 200, 60, "the first 200")
         cluster.add_queues(topic, 8)
         with Admin(cluster.namesrv_addr) as admin:
-            wait_for(lambda: len(admin.queues(topic, refresh=True)) == 16, what="8 queues each")
+            wait_until(lambda: len(admin.queues(topic, refresh=True)) == 16, 60, "8 queues each")
             new = [mq for mq in admin.queues(topic) if mq.queue_id >= 4]
         produce(cluster.namesrv_addr, topic, range(200, 400), queues=new)
-        wait_for(lambda: spark.table("grown").count() == 400, what="the new queues' messages")
+        wait_until(lambda: spark.table("grown").count() == 400, 60, "the new queues' messages")
         rows = spark.table("grown").collect()
         assert ids_of(rows) == list(range(400))
         fresh = [r for r in rows if r["queueId"] >= 4]
@@ -226,7 +227,7 @@ def test_crash_during_batch_0_with_latest_loses_nothing(spark, cluster, topic, t
     df = reader(spark, cluster.namesrv_addr, topic, startingOffsets="latest")
     query = df.writeStream.format("parquet").option("path", str(tmp_path / "out")) \
         .option("checkpointLocation", str(checkpoint)).start()
-    wait_for(lambda: (checkpoint / "offsets" / "0").exists(), what="batch 0's offsets")
+    wait_until(lambda: (checkpoint / "offsets" / "0").exists(), 60, "batch 0's offsets")
     query.stop()
     # The crash: batch 0 planned and logged, never committed.
     shutil.rmtree(checkpoint / "commits", ignore_errors=True)
@@ -320,15 +321,15 @@ def test_unreachable_broker_is_planned_around_not_lost(spark, embedded_cluster, 
     df = reader(spark, cluster.namesrv_addr, "Outage", startingOffsets="earliest")
     query = start_memory(df, "outage", str(tmp_path / "cp"))
     try:
-        wait_for(lambda: spark.table("outage").count() == 100, what="broker-b's first 100")
+        wait_until(lambda: spark.table("outage").count() == 100, 60, "broker-b's first 100")
         cluster.broker("broker-b").stop()
         produce(cluster.namesrv_addr, "Outage", range(100, 200), queues=on_a)
-        wait_for(lambda: spark.table("outage").count() == 200,
-                 what="broker-a's messages while broker-b is down")
+        wait_until(lambda: spark.table("outage").count() == 200,
+                 timeout=60, what="broker-a's messages while broker-b is down")
         assert query.isActive and query.exception() is None
         cluster.broker("broker-b").start()
         produce(cluster.namesrv_addr, "Outage", range(200, 300), queues=on_b)
-        wait_for(lambda: spark.table("outage").count() == 300, what="broker-b after restart")
+        wait_until(lambda: spark.table("outage").count() == 300, 60, "broker-b after restart")
         assert ids_of(spark.table("outage").collect()) == list(range(300))
     finally:
         query.stop()
@@ -342,11 +343,11 @@ def test_running_query_shows_in_the_groups_consumer_list(spark, cluster, topic, 
     try:
         produce(cluster.namesrv_addr, topic, range(50))
         with Admin(cluster.namesrv_addr) as admin:
-            members = wait_for(lambda: admin.brokers.get_consumer_list_by_group(
-                cluster.broker("broker-a").addr, "visible-group"), what="the query's heartbeat")
+            members = wait_until(lambda: admin.brokers.get_consumer_list_by_group(
+                cluster.broker("broker-a").addr, "visible-group"), 60, "the query's heartbeat")
             assert len(members) == 1
-            wait_for(lambda: committed(cluster.namesrv_addr, topic, "visible-group")
-                     == max_offsets(cluster.namesrv_addr, topic), what="the commit-back")
+            wait_until(lambda: committed(cluster.namesrv_addr, topic, "visible-group")
+                     == max_offsets(cluster.namesrv_addr, topic), 60, "the commit-back")
     finally:
         query.stop()
 
