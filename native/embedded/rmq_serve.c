@@ -19,6 +19,7 @@
 #include "rmq_bytes.h"
 #include "rmq_embedded.h"
 #include "rmq_reqhdr.h"
+#include "rmq_store.h"
 
 #define PERM_READ 4
 #define FLAG_SUSPEND 0x2
@@ -133,143 +134,167 @@ static long long attr_ll(PyObject *o, const char *name, int *err) {
     return x;
 }
 
-/* One request frame (after its length prefix): its answer, or NULL with no error set when the
- * Python path must answer it, or NULL with an error. */
-static PyObject *answer(const uint8_t *f, Py_ssize_t n, PyObject *topics, PyObject *queues,
-                        long long max_count, long long max_bytes, long long suggest,
-                        int version) {
-    if (n < 4) return NULL;
+/* The fields of a pull this path answers. */
+typedef struct {
+    int ser;
+    int32_t opaque;
+    int64_t qid, offset, nums;
+    const span_t *topic;
+} pull_t;
+
+/* Read a request frame (after its length prefix) into *p: 0, or -1 when it is not a pull this
+ * path takes (a response, a body, a field that is not plain, another subscription...). */
+static int read_pull(const uint8_t *f, Py_ssize_t n, req_t *r, pull_t *p) {
+    if (n < 4) return -1;
     uint32_t word = (uint32_t)rd32(f);
     uint32_t ser = word >> 24, hl = word & 0xFFFFFF;
-    if (4 + (Py_ssize_t)hl > n || n != 4 + (Py_ssize_t)hl) return NULL;  /* pulls have no body */
-    req_t r;
-    memset(&r, 0, sizeof(r));
-    if (ser == 1) { if (read_binary(f + 4, hl, &r) < 0) return NULL; }
+    if (4 + (Py_ssize_t)hl > n || n != 4 + (Py_ssize_t)hl) return -1;  /* pulls have no body */
+    memset(r, 0, sizeof(*r));
+    if (ser == 1) { if (read_binary(f + 4, hl, r) < 0) return -1; }
     else if (ser == 0) {
         for (Py_ssize_t c = 4; c < n; c++)
-            if (f[c] >= 0x80) return NULL;  /* plain ASCII only: Python checks the UTF-8 */
-        if (read_json(f + 4, hl, &r) < 0) return NULL;
-    } else return NULL;
-    if (!r.have_code || r.code != 11 || (r.have_flag && (r.flag & 3))) return NULL;
-    int64_t qid, offset, nums, sysflag, x;
-    if (!r.v[K_GROUP].set || !r.v[K_TOPIC].set || !r.v[K_TOPIC].plain) return NULL;
-    if (num(&r.v[K_QID], 9, &qid) < 0 || num(&r.v[K_OFFSET], 18, &offset) < 0 ||
-        num(&r.v[K_NUMS], 9, &nums) < 0 || num(&r.v[K_SYSFLAG], 9, &sysflag) < 0 ||
-        num(&r.v[K_COMMIT], 18, &x) < 0 || num(&r.v[K_SUSPEND], 18, &x) < 0 ||
-        num(&r.v[K_SUBVER], 18, &x) < 0)
-        return NULL;
-    if (!(sysflag & FLAG_SUBSCRIPTION) || (sysflag & FLAG_COMMIT)) return NULL;
-    if (r.v[K_SUB].set && !(is_text(&r.v[K_SUB], "*") || is_text(&r.v[K_SUB], "")))
-        return NULL;
-    if (r.v[K_EXPR].set && !is_text(&r.v[K_EXPR], "TAG")) return NULL;
+            if (f[c] >= 0x80) return -1;  /* plain ASCII only: Python checks the UTF-8 */
+        if (read_json(f + 4, hl, r) < 0) return -1;
+    } else return -1;
+    if (!r->have_code || r->code != 11 || (r->have_flag && (r->flag & 3))) return -1;
+    int64_t sysflag, x;
+    if (!r->v[K_GROUP].set || !r->v[K_TOPIC].set || !r->v[K_TOPIC].plain) return -1;
+    if (num(&r->v[K_QID], 9, &p->qid) < 0 || num(&r->v[K_OFFSET], 18, &p->offset) < 0 ||
+        num(&r->v[K_NUMS], 9, &p->nums) < 0 || num(&r->v[K_SYSFLAG], 9, &sysflag) < 0 ||
+        num(&r->v[K_COMMIT], 18, &x) < 0 || num(&r->v[K_SUSPEND], 18, &x) < 0 ||
+        num(&r->v[K_SUBVER], 18, &x) < 0)
+        return -1;
+    if (!(sysflag & FLAG_SUBSCRIPTION) || (sysflag & FLAG_COMMIT)) return -1;
+    if (r->v[K_SUB].set && !(is_text(&r->v[K_SUB], "*") || is_text(&r->v[K_SUB], "")))
+        return -1;
+    if (r->v[K_EXPR].set && !is_text(&r->v[K_EXPR], "TAG")) return -1;
+    p->ser = (int)ser;
+    p->opaque = r->opaque;
+    p->topic = &r->v[K_TOPIC];
+    return 0;
+}
 
-    PyObject *topic = PyUnicode_DecodeUTF8((const char *)r.v[K_TOPIC].p, r.v[K_TOPIC].n, NULL);
+/* The pulled queue of a readable topic's valid queue id (borrowed), or NULL: with an error
+ * set when a Python call failed, without one when the Python path answers. */
+static PyObject *find_queue(const pull_t *p, PyObject *topics, PyObject *queues) {
+    PyObject *topic = PyUnicode_DecodeUTF8((const char *)p->topic->p, p->topic->n, NULL);
     if (!topic) { PyErr_Clear(); return NULL; }
     PyObject *config = PyDict_GetItemWithError(topics, topic);
     int err = 0;
     if (!config) { Py_DECREF(topic); return NULL; }
     long long perm = attr_ll(config, "perm", &err);
     long long readable_queues = attr_ll(config, "read_queue_nums", &err);
-    if (err) { Py_DECREF(topic); return NULL; }
-    if (!(perm & PERM_READ) || qid >= readable_queues) { Py_DECREF(topic); return NULL; }
-    PyObject *key = Py_BuildValue("(OL)", topic, (long long)qid);
+    if (err || !(perm & PERM_READ) || p->qid >= readable_queues) {
+        Py_DECREF(topic);
+        return NULL;
+    }
+    PyObject *key = Py_BuildValue("(OL)", topic, (long long)p->qid);
     Py_DECREF(topic);
     if (!key) return NULL;
     PyObject *queue = PyDict_GetItemWithError(queues, key);
     Py_DECREF(key);
-    if (!queue) return NULL;
-    long long first = attr_ll(queue, "_first", &err);
-    long long base = attr_ll(queue, "_buf_start", &err);
-    if (err) return NULL;
-    PyObject *ends_obj = PyObject_GetAttrString(queue, "_ends");
-    if (!ends_obj) return NULL;
-    PyObject *buf_obj = PyObject_GetAttrString(queue, "_buf");
-    if (!buf_obj) { Py_DECREF(ends_obj); return NULL; }
-    Py_buffer ends, buf;
-    if (PyObject_GetBuffer(ends_obj, &ends, PyBUF_FORMAT) < 0) {
-        Py_DECREF(ends_obj); Py_DECREF(buf_obj); return NULL;
-    }
-    if (PyObject_GetBuffer(buf_obj, &buf, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&ends); Py_DECREF(ends_obj); Py_DECREF(buf_obj); return NULL;
-    }
-    PyObject *out = NULL;
-    if (ends.itemsize != 8 || !ends.format || strcmp(ends.format, "q") != 0) goto done;
-    const int64_t *e = ends.buf;
-    Py_ssize_t count = ends.len / 8;
-    int64_t min_off = first, max_off = first + count;
-    if (max_off == 0 || offset < min_off || offset >= max_off) goto done;  /* other statuses */
-    Py_ssize_t i = (Py_ssize_t)(offset - first);
-    int64_t window = (nums * 20 > 16000 ? nums * 20 : 16000) / 20;
-    int64_t take = nums > 1 ? nums : 1;
+    return queue;
+}
+
+/* What a FOUND pull of *p takes from the queue (ConsumeQueue.read): bytes [b0, b1) of the
+ * view's buffer, the next offset and the queue's bounds. -1 when the offset is not in
+ * [min, max) (another status: the Python path answers). */
+typedef struct { Py_ssize_t b0, b1; int64_t next, min_off, max_off; } found_t;
+
+static int found_range(const queue_view_t *q, const pull_t *p, long long max_count,
+                       long long max_bytes, found_t *out) {
+    int64_t min_off = q->first, max_off = q->first + q->count, offset = p->offset;
+    if (max_off == 0 || offset < min_off || offset >= max_off) return -1;
+    Py_ssize_t i = (Py_ssize_t)(offset - q->first);
+    int64_t window = (p->nums * 20 > 16000 ? p->nums * 20 : 16000) / 20;
+    int64_t take = p->nums > 1 ? p->nums : 1;
     if ((max_count > 1 ? max_count : 1) < take) take = max_count > 1 ? max_count : 1;
-    if (count - i < take) take = count - i;
+    if (q->count - i < take) take = q->count - i;
     if (window < take) take = window;
-    int64_t start = i ? e[i - 1] : base;
+    int64_t start = queue_view_start(q, i);
     /* bisect_right(ends, start + max_bytes, i, i + take) */
     Py_ssize_t lo = i, hi = i + (Py_ssize_t)take;
     int64_t limit = start + max_bytes;
     while (lo < hi) {
         Py_ssize_t mid = (lo + hi) / 2;
-        if (limit < e[mid]) hi = mid; else lo = mid + 1;
+        if (limit < q->ends[mid]) hi = mid; else lo = mid + 1;
     }
     Py_ssize_t k = lo - i > 1 ? lo - i : 1;
-    int64_t stop = e[i + k - 1];
-    Py_ssize_t b0 = (Py_ssize_t)(start - base), b1 = (Py_ssize_t)(stop - base);
-    if (b0 < 0 || b1 > buf.len || b1 < b0) goto done;
-    int64_t next = offset + k;
+    out->b0 = (Py_ssize_t)(start - q->base);
+    out->b1 = (Py_ssize_t)(q->ends[i + k - 1] - q->base);
+    if (out->b0 < 0 || out->b1 > q->len || out->b1 < out->b0) return -1;
+    out->next = offset + k;
+    out->min_off = min_off;
+    out->max_off = max_off;
+    return 0;
+}
 
-    /* the answer, as make_response(SUCCESS, {suggestWhichBrokerId, nextBeginOffset, maxOffset,
-     * minOffset}, "FOUND", body, language JAVA) encodes it in the request's serialization */
+/* The header of make_response(SUCCESS, {suggestWhichBrokerId, nextBeginOffset, maxOffset,
+ * minOffset}, "FOUND", body, language JAVA) in the request's serialization; its length. */
+static Py_ssize_t found_header(char head[512], const pull_t *p, const found_t *f,
+                               long long suggest, int version) {
     char vals[4][24];
     int vl[4];
     vl[0] = snprintf(vals[0], 24, "%lld", suggest);
-    vl[1] = snprintf(vals[1], 24, "%lld", (long long)next);
-    vl[2] = snprintf(vals[2], 24, "%lld", (long long)max_off);
-    vl[3] = snprintf(vals[3], 24, "%lld", (long long)min_off);
+    vl[1] = snprintf(vals[1], 24, "%lld", (long long)f->next);
+    vl[2] = snprintf(vals[2], 24, "%lld", (long long)f->max_off);
+    vl[3] = snprintf(vals[3], 24, "%lld", (long long)f->min_off);
     static const char *names[4] = {"suggestWhichBrokerId", "nextBeginOffset", "maxOffset",
                                    "minOffset"};
-    char head[512];
-    Py_ssize_t hlen;
-    if (ser == 1) {
-        uint8_t *h = (uint8_t *)head;
-        h[0] = 0; h[1] = 0; h[2] = 0;           /* code SUCCESS, language JAVA */
-        h[3] = (uint8_t)(version >> 8); h[4] = (uint8_t)version;
-        wr32(h + 5, (uint32_t)r.opaque);
-        wr32(h + 9, 1);
-        wr32(h + 13, 5);
-        memcpy(h + 17, "FOUND", 5);
-        uint8_t *q = h + 26;
-        for (int j = 0; j < 4; j++) {
-            int kl = (int)strlen(names[j]);
-            q[0] = 0; q[1] = (uint8_t)kl;
-            memcpy(q + 2, names[j], kl);
-            wr32(q + 2 + kl, (uint32_t)vl[j]);
-            memcpy(q + 6 + kl, vals[j], vl[j]);
-            q += 6 + kl + vl[j];
-        }
-        wr32(h + 22, (uint32_t)(q - (h + 26)));
-        hlen = q - h;
-    } else {
-        hlen = snprintf(head, sizeof(head),
+    if (p->ser != 1)
+        return snprintf(head, 512,
                         "{\"code\":0,\"extFields\":{\"suggestWhichBrokerId\":\"%s\","
                         "\"nextBeginOffset\":\"%s\",\"maxOffset\":\"%s\",\"minOffset\":\"%s\"},"
                         "\"flag\":1,\"language\":\"JAVA\",\"opaque\":%d,\"remark\":\"FOUND\","
                         "\"serializeTypeCurrentRPC\":\"JSON\",\"version\":%d}",
-                        vals[0], vals[1], vals[2], vals[3], (int)r.opaque, version);
+                        vals[0], vals[1], vals[2], vals[3], (int)p->opaque, version);
+    uint8_t *h = (uint8_t *)head;
+    h[0] = 0; h[1] = 0; h[2] = 0;           /* code SUCCESS, language JAVA */
+    h[3] = (uint8_t)(version >> 8); h[4] = (uint8_t)version;
+    wr32(h + 5, (uint32_t)p->opaque);
+    wr32(h + 9, 1);
+    wr32(h + 13, 5);
+    memcpy(h + 17, "FOUND", 5);
+    uint8_t *q = h + 26;
+    for (int j = 0; j < 4; j++) {
+        int kl = (int)strlen(names[j]);
+        q[0] = 0; q[1] = (uint8_t)kl;
+        memcpy(q + 2, names[j], kl);
+        wr32(q + 2 + kl, (uint32_t)vl[j]);
+        memcpy(q + 6 + kl, vals[j], vl[j]);
+        q += 6 + kl + vl[j];
     }
-    Py_ssize_t body = b1 - b0, total = 8 + hlen + body;
+    wr32(h + 22, (uint32_t)(q - (h + 26)));
+    return q - h;
+}
+
+/* One request frame (after its length prefix): its answer, or NULL with no error set when the
+ * Python path must answer it, or NULL with an error. */
+static PyObject *answer(const uint8_t *f, Py_ssize_t n, PyObject *topics, PyObject *queues,
+                        long long max_count, long long max_bytes, long long suggest,
+                        int version) {
+    req_t r;
+    pull_t p;
+    if (read_pull(f, n, &r, &p) < 0) return NULL;
+    PyObject *queue = find_queue(&p, topics, queues);
+    if (!queue) return NULL;
+    queue_view_t q;
+    found_t found;
+    PyObject *out = NULL;
+    int rc = queue_view_open(queue, &q);
+    if (rc != 0 || found_range(&q, &p, max_count, max_bytes, &found) < 0) goto done;
+    char head[512];
+    Py_ssize_t hlen = found_header(head, &p, &found, suggest, version);
+    Py_ssize_t body = found.b1 - found.b0, total = 8 + hlen + body;
     out = PyBytes_FromStringAndSize(NULL, total);
     if (!out) goto done;
     uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
     wr32(o, (uint32_t)(total - 4));
-    wr32(o + 4, (ser << 24) | (uint32_t)hlen);
+    wr32(o + 4, ((uint32_t)p.ser << 24) | (uint32_t)hlen);
     memcpy(o + 8, head, hlen);
-    memcpy(o + 8 + hlen, (const uint8_t *)buf.buf + b0, body);
+    memcpy(o + 8 + hlen, q.buf + found.b0, body);
 done:
-    PyBuffer_Release(&buf);
-    PyBuffer_Release(&ends);
-    Py_DECREF(ends_obj);
-    Py_DECREF(buf_obj);
+    queue_view_close(&q);
     return out;
 }
 

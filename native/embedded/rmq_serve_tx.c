@@ -1,7 +1,7 @@
 /*
  * serve_tx(): the embedded broker's answer to the frames of an exactly-once write, in C.
  *
- * Why: an exactly-once write (issue 11) sends every row as a half message (SEND_MESSAGE_V2
+ * Why: an exactly-once write (the sink's exactly_once mode) sends every row as a half message (SEND_MESSAGE_V2
  * with TRAN_MSG=true) and then ends it with END_TRANSACTION COMMIT. Answering those in Python
  * cost the embedded broker about 0.3 ms of CPU per row, on the two cores it shares with the
  * writer; this does the same work for the common frames.
@@ -10,10 +10,10 @@
  * SINGLE_TAG topic, valid queue, the half topic already exists) or END_TRANSACTION COMMIT /
  * ROLLBACK of a half message that is found and whose producer group and queue offset match
  * (the op topic already exists). The records go to the store exactly as embedded/send.py
- * (handle_send) and embedded/transactions.py (end_transaction) write them: this file calls the
- * store's own Python methods (now, queue, commit_log.append, queue.append) so the clock, the
- * persistence and the queues stay in one place, and long polls are told as the Python path
- * tells them. Anything unusual (an error to answer, a field that is not plain ASCII, an
+ * (handle_send) and embedded/transactions.py (end_transaction) write them, through the store's
+ * fast-path interface only (embedded/store.py: now, queue, commit_log.size and .append, a
+ * queue's max_offset, append, extend_timed and buffer_view) so the clock, the persistence and
+ * the queues stay in one place, and long polls are told as the Python path tells them. Anything unusual (an error to answer, a field that is not plain ASCII, an
  * unknown key spelling, a response frame) stops the run: that frame and the rest go to the
  * Python path, which stays the reference (tests/test_embedded_tx_fast.py holds the two
  * byte-identical, stores and answers). ACL and fault injection are checked by the caller
@@ -29,6 +29,7 @@
 #include "rmq_bytes.h"
 #include "rmq_embedded.h"
 #include "rmq_reqhdr.h"
+#include "rmq_store.h"
 
 #define MAX_FRAME (16 * 1024 * 1024)
 #define FLAG_RESPONSE 1
@@ -351,15 +352,15 @@ typedef struct batch {
 } batch_t;
 
 static PyObject *S_now, *S_queue, *S_append, *S_size, *S_notify,
-                *S_perm, *S_rq, *S_wq, *S_filter, *S_first, *S_buf_start, *S_ends, *S_buf;
+                *S_perm, *S_rq, *S_wq, *S_filter, *S_max_offset;
 
 static int intern_names(void) {
 #define I(var, text) if (!var && !(var = PyUnicode_InternFromString(text))) return -1
     I(S_now, "now"); I(S_queue, "queue"); I(S_append, "append");
     I(S_size, "size");
     I(S_notify, "notify_arrival_soon"); I(S_perm, "perm"); I(S_rq, "read_queue_nums");
-    I(S_wq, "write_queue_nums"); I(S_filter, "topic_filter_type"); I(S_first, "_first");
-    I(S_buf_start, "_buf_start"); I(S_ends, "_ends"); I(S_buf, "_buf");
+    I(S_wq, "write_queue_nums"); I(S_filter, "topic_filter_type");
+    I(S_max_offset, "max_offset");
 #undef I
     return 0;
 }
@@ -374,10 +375,12 @@ static int attr_ll(PyObject *o, PyObject *name, long long *out) {
 
 /* Whether store.now is embedded/store.py's BrokerStore.now bound to the store (not a
  * subclass's, not a clock a test put on the instance): 1, 0, or -1 with an error. */
-static PyObject *broker_now, *S_last_ts;
+static PyObject *broker_now, *S_last_store_timestamp;
 
 static int own_clock(PyObject *store) {
-    if (!S_last_ts && !(S_last_ts = PyUnicode_InternFromString("_last_ts"))) return -1;
+    if (!S_last_store_timestamp &&
+        !(S_last_store_timestamp = PyUnicode_InternFromString("last_store_timestamp")))
+        return -1;
     if (!broker_now) {
         PyObject *mod = PyImport_ImportModule("rocketmq_spark.embedded.store");
         PyObject *cls = mod ? PyObject_GetAttrString(mod, "BrokerStore") : NULL;
@@ -395,9 +398,9 @@ static int own_clock(PyObject *store) {
 }
 
 /* store.now() (a new reference). BrokerStore.now itself is done here, as it reads:
- * max(int(time.time() * 1000), self._last_ts), stored back in _last_ts; time.time()'s double
- * as CPython makes it from CLOCK_REALTIME (_PyTime_AsSecondsDouble). Any other clock is
- * called. */
+ * max(int(time.time() * 1000), self.last_store_timestamp), stored back there (the store's
+ * fast-path interface allows it); time.time()'s double as CPython makes it from
+ * CLOCK_REALTIME (_PyTime_AsSecondsDouble). Any other clock is called. */
 static PyObject *store_now(const ctx_t *c) {
     if (!c->own_clock) return PyObject_CallMethodObjArgs(c->store, S_now, NULL);
     struct timespec ts;
@@ -405,10 +408,10 @@ static PyObject *store_now(const ctx_t *c) {
     int64_t ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
     double secs = ns % 1000000000 == 0 ? (double)(ns / 1000000000) : (double)ns / 1e9;
     long long ms = (long long)(secs * 1000.0), last;
-    if (attr_ll(c->store, S_last_ts, &last) < 0) return NULL;
+    if (attr_ll(c->store, S_last_store_timestamp, &last) < 0) return NULL;
     if (last > ms) ms = last;
     PyObject *o = PyLong_FromLongLong(ms);
-    if (o && PyObject_SetAttr(c->store, S_last_ts, o) < 0) Py_CLEAR(o);
+    if (o && PyObject_SetAttr(c->store, S_last_store_timestamp, o) < 0) Py_CLEAR(o);
     return o;
 }
 
@@ -433,17 +436,9 @@ static PyObject *get_queue(const ctx_t *c, PyObject *topic, PyObject *qid) {
     return PyObject_CallMethodObjArgs(c->store, S_queue, topic, qid, NULL);
 }
 
-/* ConsumeQueue.max_offset: _first + len(_ends). */
+/* ConsumeQueue.max_offset. */
 static int queue_max_offset(PyObject *queue, long long *out) {
-    long long first;
-    if (attr_ll(queue, S_first, &first) < 0) return -1;
-    PyObject *ends = PyObject_GetAttr(queue, S_ends);
-    if (!ends) return -1;
-    Py_ssize_t n = PyObject_Length(ends);
-    Py_DECREF(ends);
-    if (n < 0) return -1;
-    *out = first + n;
-    return 0;
+    return attr_ll(queue, S_max_offset, out);
 }
 
 /* Store one record in (topic, queue_id) as transactions.py _append / BrokerStore.append do:
@@ -866,40 +861,27 @@ static PyObject *find_half(const ctx_t *c, int64_t phys, int64_t hint, int64_t *
     Py_DECREF(key);
     if (!queue) return NULL;
     Py_INCREF(queue);
-    PyObject *out = NULL, *ends_o = NULL, *buf_o = NULL;
-    Py_buffer ends = {0}, buf = {0};
-    int have_ends = 0, have_buf = 0;
-    long long first, base;
-    if (attr_ll(queue, S_first, &first) < 0 || attr_ll(queue, S_buf_start, &base) < 0) goto done;
-    if (!(ends_o = PyObject_GetAttr(queue, S_ends)) || !(buf_o = PyObject_GetAttr(queue, S_buf)))
-        goto done;
-    if (PyObject_GetBuffer(ends_o, &ends, PyBUF_FORMAT) < 0) goto done;
-    have_ends = 1;
-    if (PyObject_GetBuffer(buf_o, &buf, PyBUF_SIMPLE) < 0) goto done;
-    have_buf = 1;
-    if (ends.itemsize != 8 || !ends.format || strcmp(ends.format, "q") != 0) goto done;
-    const int64_t *e = ends.buf;
-    const uint8_t *b = buf.buf;
-    Py_ssize_t lo = 0, hi = ends.len / 8, probe = -1;
-    if (hint >= first && hint - first < hi) probe = (Py_ssize_t)(hint - first);
+    PyObject *out = NULL;
+    queue_view_t q;
+    if (queue_view_open(queue, &q) != 0) goto done;
+    Py_ssize_t lo = 0, hi = q.count, probe = -1;
+    if (hint >= q.first && hint - q.first < hi) probe = (Py_ssize_t)(hint - q.first);
     while (lo < hi) {
         Py_ssize_t mid = probe >= 0 ? probe : (lo + hi) / 2;
         probe = -1;
-        int64_t start = (mid ? e[mid - 1] : base) - base, stop = e[mid] - base;
-        if (start < 0 || stop > buf.len || stop - start < 36) goto done;
-        int64_t at = ((int64_t)(uint32_t)rd32(b + start + 28) << 32) |
-                     (uint32_t)rd32(b + start + 32);
+        int64_t start = queue_view_start(&q, mid) - q.base, stop = q.ends[mid] - q.base;
+        if (start < 0 || stop > q.len || stop - start < 36) goto done;
+        int64_t at = ((int64_t)(uint32_t)rd32(q.buf + start + 28) << 32) |
+                     (uint32_t)rd32(q.buf + start + 32);
         if (at == phys) {
-            *queue_offset = first + mid;
-            out = PyBytes_FromStringAndSize((const char *)b + start, stop - start);
+            *queue_offset = q.first + mid;
+            out = PyBytes_FromStringAndSize((const char *)q.buf + start, stop - start);
             break;
         }
         if (at < phys) lo = mid + 1; else hi = mid;
     }
 done:
-    if (have_buf) PyBuffer_Release(&buf);
-    if (have_ends) PyBuffer_Release(&ends);
-    Py_XDECREF(ends_o); Py_XDECREF(buf_o);
+    queue_view_close(&q);
     Py_DECREF(queue);
     if (!out && !PyErr_Occurred() && c->b)
         out = find_pending_half(c->b, phys, hint, queue_offset);

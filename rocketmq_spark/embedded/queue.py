@@ -5,6 +5,10 @@ slice of the buffer: no per-message Python work. Side arrays hold each record's 
 tag hash code and store timestamp (what a genuine consume-queue entry holds), for the byte cap,
 tag filtering and search by time. Retention drops the head (``truncate``), which advances the
 min offset exactly like the genuine broker's cleanup does.
+
+The fast-path interface: the embedded broker's C (native/embedded/) reads a queue through
+:meth:`ConsumeQueue.buffer_view` only, and writes it through :meth:`ConsumeQueue.append` and
+:meth:`ConsumeQueue.extend_timed` only (see :mod:`.store` for the rest of the contract).
 """
 from __future__ import annotations
 
@@ -12,10 +16,27 @@ import struct
 from array import array
 from bisect import bisect_left, bisect_right
 from itertools import accumulate
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 _LONG = struct.Struct(">q")
 CQ_ENTRY_BYTES = 20  # a genuine consume-queue entry; the filter window is counted in these
+
+
+class QueueBuffer(NamedTuple):
+    """A queue's records as they lie, for a fast path that slices them itself.
+
+    Record ``i`` (queue offset ``first_offset + i``) is
+    ``buffer[start - buffer_start:record_ends[i] - buffer_start]`` where ``start`` is
+    ``record_ends[i - 1]``, or ``buffer_start`` for the first record. ``record_ends`` holds
+    signed 64-bit positions (array typecode ``"q"``), absolute: they do not move when retention
+    drops the head. The view is the queue's own storage, valid until the queue is next
+    written; a reader must not change it.
+    """
+
+    first_offset: int
+    buffer_start: int
+    record_ends: array
+    buffer: bytearray
 
 
 def filter_window(max_msg_nums: int) -> int:
@@ -51,6 +72,10 @@ class ConsumeQueue:
     def __len__(self) -> int:
         return len(self._ends)
 
+    def buffer_view(self) -> QueueBuffer:
+        """The records as they lie (see :class:`QueueBuffer`): what a fast path reads."""
+        return QueueBuffer(self._first, self._buf_start, self._ends, self._buf)
+
     # ---------------------------------------------------------------- writing
 
     def append(self, record: bytes, tag_code: int, store_timestamp: int) -> int:
@@ -80,7 +105,7 @@ class ConsumeQueue:
                      store_timestamps: Iterable[int]) -> int:
         """Add records with a store time each: what :meth:`append` of each in turn does, in one
         call (the embedded broker's C transactional path stores a chunk's records so, see
-        native/rmq_serve_tx.c). Returns the first one's offset."""
+        native/embedded/rmq_serve_tx.c). Returns the first one's offset."""
         offset = self._first + len(self._ends)
         # the ends without a Python loop: start + the running total of the sizes
         self._ends.extend(map((self._buf_start + len(self._buf)).__add__,

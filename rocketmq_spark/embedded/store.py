@@ -10,6 +10,19 @@ Persistence (optional, one directory per broker):
   periodic ``consumerOffset.json`` flush).
 
 Everything here runs on the server's event loop thread; nothing is locked.
+
+The fast-path interface, the contract between the store and the embedded broker's C
+(native/embedded/rmq_serve.c answers pulls, rmq_serve_tx.c stores half and committed
+messages), which uses nothing else of the store:
+
+* to find things: :attr:`BrokerStore.topics` (name to :class:`TopicConfig`),
+  :attr:`BrokerStore.queues` (``(topic, queue_id)`` to queue) and :meth:`BrokerStore.queue`;
+* to read a queue: :meth:`.ConsumeQueue.buffer_view` and :attr:`.ConsumeQueue.max_offset`;
+* to store records, in :meth:`BrokerStore.append`'s order: :meth:`BrokerStore.now` for the
+  store time, :attr:`.CommitLog.size` for the physical offset, :meth:`.CommitLog.append`, then
+  :meth:`.ConsumeQueue.append` or :meth:`.ConsumeQueue.extend_timed`;
+* the clock: when ``now`` is :meth:`BrokerStore.now` itself, a fast path may compute it as that
+  method does and keep :attr:`BrokerStore.last_store_timestamp` up to date as it does.
 """
 from __future__ import annotations
 
@@ -72,7 +85,8 @@ class BrokerStore:
         self.offsets: Dict[Tuple[str, str], Dict[int, int]] = {}
         self.commit_log = CommitLog(path / "commitlog" if path else None)
         self.port: Optional[int] = None
-        self._last_ts = 0
+        # The latest store time handed out (ms): now() never goes below it.
+        self.last_store_timestamp = 0
         self._dirty = False
         self._last_flush = 0.0
         self._min_offsets: Dict[Tuple[str, int], int] = {}
@@ -109,7 +123,7 @@ class BrokerStore:
                     continue
                 q.reset_empty(rec.queue_offset)
             q.append(rec.record, rec.tag_code, rec.store_timestamp)
-            self._last_ts = max(self._last_ts, rec.store_timestamp)
+            self.last_store_timestamp = max(self.last_store_timestamp, rec.store_timestamp)
 
     def close(self) -> None:
         self.flush(force=True)
@@ -162,8 +176,8 @@ class BrokerStore:
 
     def now(self) -> int:
         """Store timestamp in ms, never going backwards (search by time needs that)."""
-        ts = max(int(time.time() * 1000), self._last_ts)
-        self._last_ts = ts
+        ts = max(int(time.time() * 1000), self.last_store_timestamp)
+        self.last_store_timestamp = ts
         return ts
 
     def append(self, q: ConsumeQueue, records: Sequence[bytes], tag_codes: Iterable[int],
