@@ -116,7 +116,8 @@ def handover(args) -> dict:
     from pyspark.sql import SparkSession
 
     from group_helpers import (Feeder, duplicates, lock_holders, member_query, shares,
-                               sink_rows, wait_until)
+                               sink_rows)
+    from waiting import wait_until
 
     spark = (SparkSession.builder.master("local[2]").appName("bench-rebalance")
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
