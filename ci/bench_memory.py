@@ -179,7 +179,8 @@ def main() -> None:
                   f"{m['peak_total_rss_mib']} | {m['rows_per_s']:,} |")
     if len(results) > 1:
         for mode in ("batch", "stream"):
-            ratio = results[-1][mode]["peak_worker_rss_mib"] / results[0][mode]["peak_worker_rss_mib"]
+            ratio = (results[-1][mode]["peak_worker_rss_mib"]
+                     / results[0][mode]["peak_worker_rss_mib"])
             print(f"{mode}: largest worker's peak at {results[-1]['messages']:,} / at "
                   f"{results[0]['messages']:,}: {ratio:.2f} (target <= 1.2)")
     if args.json:

@@ -679,7 +679,8 @@ def read_lines(result: dict) -> list:
     a = result["args"]
     return [
         f"| per-pull caps of the broker (messages / bytes), pullBatchSize | "
-        f"{a['max_transfer_count']} / {a['max_transfer_bytes']:,} B, {a['pull_batch_size']} | | | – |",
+        f"{a['max_transfer_count']} / {a['max_transfer_bytes']:,} B, {a['pull_batch_size']} "
+        "| | | – |",
         f"| read rate, ours → noop (rows/s) | {c['ours']['rows_per_s']:,.0f} | "
         f"(a) Python prebuilt batches {c['python_ceiling']['rows_per_s']:,.0f} | "
         f"{r['ratio_vs_python_ceiling']:.2f} | "

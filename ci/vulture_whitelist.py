@@ -52,7 +52,7 @@ servicer.max_attempts
 servicer.receive_batch_size
 servicer.multiplier
 
-# Called from C: native/rmq_serve_tx.c looks ConsumeQueue.extend_timed up by name.
+# Called from C: native/embedded/rmq_serve_tx.c looks ConsumeQueue.extend_timed up by name.
 store = Whitelist()
 store.extend_timed
 
@@ -79,7 +79,7 @@ codes.PULL_FLAG_LITE_PULL
 codes.PERM_PRIORITY
 codes.SYSFLAG_NEED_UNWRAP
 codes.SYSFLAG_INNER_BATCH
-# The native pull loop's last status (native/rmq_pull.c), unpacked with the others.
+# The native pull loop's last status (native/client/rmq_pull.c), unpacked with the others.
 codes.PULL_PROTOCOL
 
 # pytest reads these by name.
