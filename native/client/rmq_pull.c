@@ -135,20 +135,6 @@ static int grow(char **buf, Py_ssize_t *cap, Py_ssize_t need) {
     return 0;
 }
 
-/* Decimal text (optional '-', 1..19 digits) to int64; -1 if it is anything else. */
-static int parse_dec(const uint8_t *s, Py_ssize_t n, int64_t *out) {
-    int neg = 0;
-    if (n > 0 && s[0] == '-') { neg = 1; s++; n--; }
-    if (n <= 0 || n > 18) return -1;
-    int64_t v = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9') return -1;
-        v = v * 10 + (s[i] - '0');
-    }
-    *out = neg ? -v : v;
-    return 0;
-}
-
 /* The ext fields a pull answer's handling reads (Python's pull_result parses these five, and
  * rejects the answer if one is not a number); 1 if the key is one of them. */
 static int take_field(head_t *h, const uint8_t *k, Py_ssize_t kl, const uint8_t *v,
@@ -161,7 +147,8 @@ static int take_field(head_t *h, const uint8_t *k, Py_ssize_t kl, const uint8_t 
     else if (kl == 9 && memcmp(k, "maxOffset", 9) == 0) dst = &h->max_offset;  /* as Python */
     else return 0;
     if (vl == 0) { *dst = 0; return 1; }  /* Python reads "" as the default, 0 */
-    if (parse_dec(v, vl, dst) < 0) *bad = 1;
+    /* optional '-', 1 to 18 digits: longer numbers are refused as bad */
+    if (rmq_dec(v, vl, RMQ_DEC_MINUS, 18, INT64_MIN, INT64_MAX, dst) < 0) *bad = 1;
     return 1;
 }
 

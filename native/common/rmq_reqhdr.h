@@ -24,15 +24,8 @@ static inline int hdr_ascii(const uint8_t *p, Py_ssize_t n) {
 
 /* A JSON integer that fits 32 bits (frame.py _json_int): optional '-', 1 to 10 digits. */
 static inline int hdr_json_int32(const uint8_t *v, Py_ssize_t l, int32_t *out) {
-    int neg = l > 0 && v[0] == '-';
-    if (l - neg < 1 || l - neg > 10) return -1;
-    int64_t x = 0;
-    for (Py_ssize_t i = neg; i < l; i++) {
-        if (v[i] < '0' || v[i] > '9') return -1;
-        x = x * 10 + (v[i] - '0');
-    }
-    if (neg) x = -x;
-    if (x < INT32_MIN || x > INT32_MAX) return -1;
+    int64_t x;
+    if (rmq_dec(v, l, RMQ_DEC_MINUS, 10, INT32_MIN, INT32_MAX, &x) < 0) return -1;
     *out = (int32_t)x;
     return 0;
 }

@@ -72,30 +72,17 @@ static int read_binary(const uint8_t *h, Py_ssize_t n, req_t *r) {
 
 /* ---- fastjson-shaped JSON (rmq_json.h), keeping request fields */
 
-static int small_int(const uint8_t *p, Py_ssize_t n, int32_t *out) {
-    int neg = 0;
-    if (n && *p == '-') { neg = 1; p++; n--; }
-    if (n < 1 || n > 9) return -1;
-    int32_t v = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (p[i] < '0' || p[i] > '9') return -1;
-        v = v * 10 + (p[i] - '0');
-    }
-    *out = neg ? -v : v;
-    return 0;
-}
-
 static int keep_top(void *ctx, const uint8_t *k, Py_ssize_t kl, const uint8_t *v,
                     Py_ssize_t vl) {
     req_t *r = ctx;
-    int32_t x;
-    int is = (vl > 0 && (*v == '-' || (*v >= '0' && *v <= '9'))) && small_int(v, vl, &x) == 0;
+    int64_t x;  /* code and flag: optional '-', 1 to 9 digits */
+    int is = rmq_dec(v, vl, RMQ_DEC_MINUS, 9, INT32_MIN, INT32_MAX, &x) == 0;
     if (kl == 4 && memcmp(k, "code", 4) == 0) {
         if (!is) return -1;
-        r->code = x; r->have_code = 1;
+        r->code = (int32_t)x; r->have_code = 1;
     } else if (kl == 4 && memcmp(k, "flag", 4) == 0) {
         if (!is) return -1;
-        r->flag = x; r->have_flag = 1;
+        r->flag = (int32_t)x; r->have_flag = 1;
     } else if (kl == 6 && memcmp(k, "opaque", 6) == 0) {
         /* opaques go up to 2^31 - 1: ten digits */
         if (hdr_json_int32(v, vl, &r->opaque) < 0) return -1;
@@ -110,14 +97,8 @@ static int read_json(const uint8_t *p, Py_ssize_t n, req_t *r) {
 
 /* A header number as Java's parser and ours both read it: plain digits only here. */
 static int num(const span_t *s, int digits, int64_t *out) {
-    if (!s->set || !s->plain || s->n < 1 || s->n > digits) return -1;
-    int64_t v = 0;
-    for (Py_ssize_t i = 0; i < s->n; i++) {
-        if (s->p[i] < '0' || s->p[i] > '9') return -1;
-        v = v * 10 + (s->p[i] - '0');
-    }
-    *out = v;
-    return 0;
+    if (!s->set || !s->plain) return -1;
+    return rmq_dec(s->p, s->n, RMQ_DEC_UNSIGNED, digits, 0, INT64_MAX, out);
 }
 
 static int is_text(const span_t *s, const char *t) {

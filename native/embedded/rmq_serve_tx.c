@@ -185,20 +185,8 @@ static int read_json(const uint8_t *p, Py_ssize_t n, req_t *r) {
  * range. Longer numbers than these are left to Python. */
 static int parse_num(const span_t *s, int bits, int64_t *out) {
     if (!s->set) return -1;
-    const uint8_t *p = s->p;
-    Py_ssize_t n = s->n;
-    int neg = 0;
-    if (n && (*p == '-' || *p == '+')) { neg = *p == '-'; p++; n--; }
-    if (n < 1 || n > (bits == 32 ? 10 : 18)) return -1;
-    int64_t v = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (p[i] < '0' || p[i] > '9') return -1;
-        v = v * 10 + (p[i] - '0');
-    }
-    if (neg) v = -v;
-    if (bits == 32 && (v < INT32_MIN || v > INT32_MAX)) return -1;
-    *out = v;
-    return 0;
+    if (bits == 32) return rmq_dec(s->p, s->n, RMQ_DEC_PLUS_MINUS, 10, INT32_MIN, INT32_MAX, out);
+    return rmq_dec(s->p, s->n, RMQ_DEC_PLUS_MINUS, 18, INT64_MIN, INT64_MAX, out);
 }
 
 static int span_is(const span_t *s, const char *t) {
