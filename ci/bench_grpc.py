@@ -16,17 +16,19 @@ Prints messages/s, the CPU per message of this process (the client) and of the e
 server's process (brokers and proxy), and each rate as a ratio of the remoting rate. Client
 and server share the machine's cores, and the embedded proxy is Python, so the gRPC rates are
 bounded by the server too; the client CPU per message is the figure that carries over to a
-real proxy. Run: ``.venv/bin/python ci/bench_grpc.py [--messages N] [--json FILE]``.
+real proxy (``ci/bench_grpc_encode.py`` splits out what building the requests costs).
+Run: ``.venv/bin/python ci/bench_grpc.py [--messages N] [--json FILE]``.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -61,24 +63,22 @@ def messages(n: int, keyed: bool = False):
                     sharding_key=f"g{i % 100}" if keyed else None) for i in range(n)]
 
 
-CLK = os.sysconf("SC_CLK_TCK")
-SERVER_PID = [0]
+SERVER = []  # the embedded server's psutil.Process
 
 
-def process_cpu(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (all its threads)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK
+def process_cpu(process: psutil.Process) -> float:
+    """User + system CPU seconds of ``process`` (all its threads)."""
+    times = process.cpu_times()
+    return times.user + times.system
 
 
 def timed(fn):
     """(messages, wall seconds, client CPU seconds, server CPU seconds) of ``fn()``."""
-    s0 = process_cpu(SERVER_PID[0])
+    s0 = process_cpu(SERVER[0])
     t0, c0 = time.perf_counter(), time.process_time()
     count = fn()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return count, wall, cpu, process_cpu(SERVER_PID[0]) - s0
+    return count, wall, cpu, process_cpu(SERVER[0]) - s0
 
 
 def run_remoting(namesrv: str, n: int):
@@ -105,7 +105,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     proc, namesrv, proxy = start_server()
-    SERVER_PID[0] = proc.pid
+    SERVER.append(psutil.Process(proc.pid))
     rows = {}
     try:
         n = args.messages

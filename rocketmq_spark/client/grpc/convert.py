@@ -71,11 +71,11 @@ def _timestamp(millis: int) -> dict:
     return {"seconds": seconds, "nanos": ms * 1_000_000}
 
 
-def to_proto(message: Message, namespace: str = "", now_ms: Optional[int] = None,
-             message_id: Optional[str] = None) -> definition.Message:
+def to_proto(message: Message, namespace: str = "",
+             now_ms: Optional[int] = None) -> definition.Message:
     """The proxy's ``Message`` for ``message``; raises ValueError for what the 5.x API cannot
-    carry. Its ``system_properties.message_id`` is ``message_id``, else the message's
-    ``uniq_key``, else a fresh id."""
+    carry. Its ``system_properties.message_id`` is the message's ``uniq_key``, or a fresh
+    id."""
     if message.flag:
         raise ValueError(f"flag={message.flag}: the 5.x proxy API has no message flag")
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
@@ -84,7 +84,7 @@ def to_proto(message: Message, namespace: str = "", now_ms: Optional[int] = None
     system = definition.SystemProperties(
         tag=message.tags or None,
         keys=None if not keys else (keys,) if isinstance(keys, str) else keys,
-        message_id=message_id or message.uniq_key or new_uniq_key(),
+        message_id=message.uniq_key or new_uniq_key(),
         body_encoding=definition.IDENTITY, message_type=kind,
         born_timestamp=_timestamp(now_ms), born_host=BORN_HOST)
     if kind == definition.FIFO:

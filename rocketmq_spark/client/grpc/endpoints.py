@@ -11,7 +11,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import List, Tuple
 
-from . import definition_pb2 as pb
+from . import definition_pb2 as definition
 
 
 @dataclass(frozen=True)
@@ -24,10 +24,10 @@ class ProxyEndpoints:
     @property
     def target(self) -> str:
         """The gRPC channel target."""
-        if self.scheme == pb.DOMAIN_NAME:
+        if self.scheme == definition.DOMAIN_NAME:
             host, port = self.addresses[0]
             return f"dns:{host}:{port}"
-        prefix = "ipv4:" if self.scheme == pb.IPv4 else "ipv6:"
+        prefix = "ipv4:" if self.scheme == definition.IPv4 else "ipv6:"
         return prefix + ",".join(_hostport(h, p) for h, p in self.addresses)
 
     @property
@@ -37,9 +37,10 @@ class ProxyEndpoints:
     def __str__(self) -> str:
         return ";".join(_hostport(h, p) for h, p in self.addresses)
 
-    def to_proto(self) -> pb.Endpoints:
-        return pb.Endpoints(scheme=self.scheme,
-                            addresses=[pb.Address(host=h, port=p) for h, p in self.addresses])
+    def to_proto(self) -> definition.Endpoints:
+        return definition.Endpoints(
+            scheme=self.scheme,
+            addresses=[definition.Address(host=h, port=p) for h, p in self.addresses])
 
 
 def _hostport(host: str, port: int) -> str:
@@ -50,8 +51,8 @@ def _scheme_of(host: str) -> int:
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
-        return pb.DOMAIN_NAME
-    return pb.IPv4 if ip.version == 4 else pb.IPv6
+        return definition.DOMAIN_NAME
+    return definition.IPv4 if ip.version == 4 else definition.IPv6
 
 
 def parse_endpoints(text: str, option: str = "endpoints") -> ProxyEndpoints:
@@ -77,7 +78,7 @@ def parse_endpoints(text: str, option: str = "endpoints") -> ProxyEndpoints:
     if len(schemes) > 1:
         raise ValueError(f"{option} mixes IPv4, IPv6 and host names: {text!r}")
     scheme = schemes.pop()
-    if scheme == pb.DOMAIN_NAME and len(addresses) > 1:
+    if scheme == definition.DOMAIN_NAME and len(addresses) > 1:
         raise ValueError(f"{option}: give one host name (DNS balances over its addresses) or "
                          f"several IP addresses, not several names: {text!r}")
     return ProxyEndpoints(tuple(addresses), scheme)

@@ -21,7 +21,7 @@ from typing import Any, Awaitable, Callable, Optional
 
 
 class IoLoop:
-    """An event loop running in a daemon thread until :meth:`stop`."""
+    """An event loop running in a daemon thread for the rest of the process's life."""
 
     def __init__(self, name: str = "rocketmq-grpc-io"):
         self.loop = asyncio.new_event_loop()
@@ -33,19 +33,7 @@ class IoLoop:
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.call_soon(self._started.set)
-        try:
-            self.loop.run_forever()
-        finally:
-            try:
-                pending = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
-                for task in pending:
-                    task.cancel()
-                if pending:
-                    self.loop.run_until_complete(
-                        asyncio.gather(*pending, return_exceptions=True))
-                self.loop.run_until_complete(self.loop.shutdown_asyncgens())
-            finally:
-                self.loop.close()
+        self.loop.run_forever()
 
     @property
     def in_loop_thread(self) -> bool:
@@ -72,17 +60,6 @@ class IoLoop:
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop the loop (its unfinished tasks are cancelled) and wait for the thread."""
-        if self.loop.is_closed():
-            return
-        try:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-        except RuntimeError:  # closed meanwhile
-            return
-        if not self.in_loop_thread:
-            self._thread.join(timeout)
 
 
 _shared: Optional[IoLoop] = None

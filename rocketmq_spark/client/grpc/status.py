@@ -11,18 +11,18 @@ import grpc
 
 from ..errors import ProxyAuthError, ProxyError, RequestTimeout, RocketMQError
 from ..pull import redact_remark
-from . import definition_pb2 as pb
+from . import definition_pb2 as definition
 
-OK_CODES = frozenset({pb.OK, pb.MULTIPLE_RESULTS})
+OK_CODES = frozenset({definition.OK, definition.MULTIPLE_RESULTS})
 
 # In-band codes worth retrying after a pause: the proxy or a broker behind it is busy, timed
 # out or briefly unable to store.
 TRANSIENT_CODES = frozenset({
-    pb.TOO_MANY_REQUESTS, pb.REQUEST_TIMEOUT, pb.INTERNAL_ERROR, pb.INTERNAL_SERVER_ERROR,
-    pb.HA_NOT_AVAILABLE, pb.PROXY_TIMEOUT, pb.MASTER_PERSISTENCE_TIMEOUT,
-    pb.SLAVE_PERSISTENCE_TIMEOUT,
+    definition.TOO_MANY_REQUESTS, definition.REQUEST_TIMEOUT, definition.INTERNAL_ERROR,
+    definition.INTERNAL_SERVER_ERROR, definition.HA_NOT_AVAILABLE, definition.PROXY_TIMEOUT,
+    definition.MASTER_PERSISTENCE_TIMEOUT, definition.SLAVE_PERSISTENCE_TIMEOUT,
 })
-AUTH_CODES = frozenset({pb.UNAUTHORIZED, pb.FORBIDDEN})
+AUTH_CODES = frozenset({definition.UNAUTHORIZED, definition.FORBIDDEN})
 
 TRANSIENT_GRPC = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED,
                             grpc.StatusCode.ABORTED, grpc.StatusCode.INTERNAL})
@@ -31,12 +31,12 @@ AUTH_GRPC = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSI
 
 def code_name(code: int) -> str:
     try:
-        return pb.Code.Name(code)
+        return definition.Code.Name(code)
     except ValueError:
         return str(code)
 
 
-def status_error(status: pb.Status, request: str, address: str) -> RocketMQError:
+def status_error(status: definition.Status, request: str, address: str) -> RocketMQError:
     """The error for a status that is not OK."""
     remark = redact_remark(status.message or "")
     cls = ProxyAuthError if status.code in AUTH_CODES else ProxyError
@@ -44,7 +44,7 @@ def status_error(status: pb.Status, request: str, address: str) -> RocketMQError
                transient=status.code in TRANSIENT_CODES)
 
 
-def check(status: pb.Status, request: str, address: str) -> None:
+def check(status: definition.Status, request: str, address: str) -> None:
     """Raise unless ``status`` is OK."""
     if status.code not in OK_CODES:
         raise status_error(status, request, address)

@@ -11,19 +11,19 @@ import grpc
 from grpc import aio
 
 from ..errors import ProxyError, RequestTimeout
-from . import definition_pb2 as pb
-from . import service_pb2 as spb
-from . import status as S
+from . import definition_pb2 as definition
+from . import service_pb2 as service
+from . import status
 
 
-def producer_settings(access_point: pb.Endpoints, topics: Sequence[pb.Resource],
-                      request_timeout: float, version: str) -> pb.Settings:
-    settings = pb.Settings(
-        client_type=pb.PRODUCER, access_point=access_point,
-        publishing=pb.Publishing(topics=list(topics), validate_message_type=True),
-        user_agent=pb.UA(language=pb.PYTHON, version=version, platform="python",
+def producer_settings(access_point: definition.Endpoints, topics: Sequence[definition.Resource],
+                      request_timeout: float, version: str) -> definition.Settings:
+    settings = definition.Settings(
+        client_type=definition.PRODUCER, access_point=access_point,
+        publishing=definition.Publishing(topics=list(topics), validate_message_type=True),
+        user_agent=definition.UA(language=definition.PYTHON, version=version, platform="python",
                          hostname=""),
-        metric=pb.Metric(on=False))
+        metric=definition.Metric(on=False))
     settings.request_timeout.FromMilliseconds(int(request_timeout * 1000))
     return settings
 
@@ -41,7 +41,7 @@ class Session:
         self._reader: Optional[asyncio.Task] = None
         self._first_status = None
 
-    async def start(self, settings: pb.Settings, timeout: float) -> pb.Settings:
+    async def start(self, settings: definition.Settings, timeout: float) -> definition.Settings:
         """Open the stream, send ``settings`` and return the proxy's answer (or raise)."""
         self._call = self._stub.Telemetry(metadata=self._metadata)
         self._call.add_done_callback(self._record_status)
@@ -53,18 +53,18 @@ class Session:
                 from None
         except grpc.RpcError as exc:
             self.close()
-            raise S.rpc_error(exc, "Telemetry", self._address, timeout) from None
+            raise status.rpc_error(exc, "Telemetry", self._address, timeout) from None
         except BaseException:
             self.close()
             raise
 
-    async def _exchange(self, settings: pb.Settings) -> pb.Settings:
+    async def _exchange(self, settings: definition.Settings) -> definition.Settings:
         # Read while writing: a proxy that refuses the client (ACL) answers and ends the
         # stream without reading, which fails the write; its answer is what tells why.
         reading = asyncio.ensure_future(self._call.read())
         write_failed = False
         try:
-            await self._call.write(spb.TelemetryCommand(settings=settings))
+            await self._call.write(service.TelemetryCommand(settings=settings))
         except (grpc.RpcError, asyncio.InvalidStateError):
             write_failed = True  # the read says what became of the call
         except BaseException:
@@ -81,7 +81,7 @@ class Session:
                 raise ProxyError(0, "CANCELLED", "the proxy ended the settings stream without "
                                  "settings", "Telemetry", self._address, transient=True)
             if command.HasField("status"):
-                S.check(command.status, "Telemetry", self._address)
+                status.check(command.status, "Telemetry", self._address)
             if command.HasField("settings"):
                 self._reader = asyncio.get_running_loop().create_task(self._drain())
                 return command.settings
