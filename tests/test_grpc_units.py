@@ -14,7 +14,7 @@ from hypothesis import given, strategies as st
 
 from rocketmq_spark.client.acl import Credentials
 from rocketmq_spark.client.errors import ProxyAuthError, ProxyError, RequestTimeout
-from rocketmq_spark.client.grpc import auth, definition_pb2 as pb, service_pb2 as spb
+from rocketmq_spark.client.grpc import auth, definition_pb2 as definition, service_pb2 as service
 from rocketmq_spark.client.grpc.endpoints import parse_endpoints
 from rocketmq_spark.client.grpc.queue_choice import consistent_hash
 from rocketmq_spark.client.grpc.status import check, rpc_error, status_error
@@ -53,7 +53,7 @@ def test_signature_round_trip_and_format():
 
 def test_endpoints():
     e = parse_endpoints("10.0.0.1:8081;10.0.0.2:8081")
-    assert e.target == "ipv4:10.0.0.1:8081,10.0.0.2:8081" and e.scheme == pb.IPv4
+    assert e.target == "ipv4:10.0.0.1:8081,10.0.0.2:8081" and e.scheme == definition.IPv4
     assert parse_endpoints("proxy.example:8081").target == "dns:proxy.example:8081"
     assert parse_endpoints("[::1]:8081").target == "ipv6:[::1]:8081"
     for bad in ("", "host", "host:0", "a:1;b:2", "10.0.0.1:1;name:2"):
@@ -62,14 +62,15 @@ def test_endpoints():
 
 
 def test_status_mapping():
-    check(pb.Status(code=pb.OK), "X", "p:1")
-    busy = status_error(pb.Status(code=pb.TOO_MANY_REQUESTS, message="slow down"), "X", "p:1")
+    check(definition.Status(code=definition.OK), "X", "p:1")
+    busy = status_error(definition.Status(code=definition.TOO_MANY_REQUESTS,
+                                          message="slow down"), "X", "p:1")
     assert isinstance(busy, ProxyError) and is_transient(busy) and "TOO_MANY_REQUESTS" in str(busy)
-    refused = status_error(pb.Status(code=pb.UNAUTHORIZED, message="User:AK9 is not found"),
-                           "X", "p:1")
+    refused = status_error(definition.Status(code=definition.UNAUTHORIZED,
+                                             message="User:AK9 is not found"), "X", "p:1")
     assert isinstance(refused, ProxyAuthError) and not is_transient(refused)
     assert "AK9" not in str(refused)
-    bad = status_error(pb.Status(code=pb.ILLEGAL_TOPIC), "X", "p:1")
+    bad = status_error(definition.Status(code=definition.ILLEGAL_TOPIC), "X", "p:1")
     assert not is_transient(bad)
 
     class Failed(grpc.RpcError):
@@ -116,7 +117,7 @@ def test_our_proto_subset_matches_the_official_clients_numbers():
     assert proc.returncode == 0, proc.stderr
     official = json.loads(proc.stdout)
     checked = 0
-    for mod in (pb, spb):
+    for mod in (definition, service):
         for name, m in mod.DESCRIPTOR.message_types_by_name.items():
             for f in m.fields:
                 assert official[name][f.name] == [f.number, f.type], (name, f.name)
@@ -124,7 +125,7 @@ def test_our_proto_subset_matches_the_official_clients_numbers():
         for name, e in mod.DESCRIPTOR.enum_types_by_name.items():
             for v in e.values:
                 assert official[name][v.name] == v.number, (name, v.name)
-    ours = spb.DESCRIPTOR.services_by_name["MessagingService"]
+    ours = service.DESCRIPTOR.services_by_name["MessagingService"]
     for method in ours.methods:
         assert official["MessagingService"][method.name] == [method.input_type.name,
                                                              method.output_type.name]
@@ -136,12 +137,14 @@ def test_our_modules_coexist_with_another_copy_of_the_package():
     apache.rocketmq.v2 in the default pool (as the official client does) still imports ours."""
     code = (
         "from google.protobuf import descriptor_pb2, descriptor_pool\n"
-        "from rocketmq_spark.client.grpc import definition_pb2 as d, service_pb2 as s\n"
-        "fd = descriptor_pb2.FileDescriptorProto.FromString(d.DESCRIPTOR.serialized_pb)\n"
+        "from rocketmq_spark.client.grpc import definition_pb2, service_pb2\n"
+        "fd = descriptor_pb2.FileDescriptorProto.FromString(\n"
+        "    definition_pb2.DESCRIPTOR.serialized_pb)\n"
         "fd.name = 'definition.proto'\n"
         "descriptor_pool.Default().Add(fd)\n"
         "import importlib, rocketmq_spark.client.grpc.producer\n"
-        "print(s.SendMessageRequest(messages=[d.Message(body=b'x')]).ByteSize())\n")
+        "print(service_pb2.SendMessageRequest(messages=[definition_pb2.Message(body=b'x')])\n"
+        "      .ByteSize())\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
@@ -167,7 +170,7 @@ def test_to_proto_carries_every_field_of_the_message(body, tags, keys, props, gr
         delay = 0
     m = Message(topic, body, tags=tags, keys=keys, properties=props, sharding_key=group or None,
                 delay_level=delay, uniq_key="ID-1")
-    sent = spb.SendMessageRequest.FromString(spb.SendMessageRequest(
+    sent = service.SendMessageRequest.FromString(service.SendMessageRequest(
         messages=[convert.to_proto(m, namespace, now_ms)]).SerializeToString()).messages[0]
     system = sent.system_properties
     assert (sent.topic.name, sent.topic.resource_namespace, sent.body) == (topic, namespace, body)
@@ -176,9 +179,9 @@ def test_to_proto_carries_every_field_of_the_message(body, tags, keys, props, gr
     expected_keys = [] if not keys else [keys] if isinstance(keys, str) else keys
     assert list(system.keys) == expected_keys
     assert (system.message_id, system.body_encoding, system.born_host) == \
-        ("ID-1", pb.IDENTITY, convert.BORN_HOST)
+        ("ID-1", definition.IDENTITY, convert.BORN_HOST)
     assert system.born_timestamp.ToMilliseconds() == now_ms
-    kind = pb.FIFO if group else pb.DELAY if delay else pb.NORMAL
+    kind = definition.FIFO if group else definition.DELAY if delay else definition.NORMAL
     assert system.message_type == kind
     assert (system.message_group if system.HasField("message_group") else None) == \
         (group or None)
@@ -259,22 +262,22 @@ def test_the_official_client_reads_our_requests():
                         properties={"region": "eu", "ü": "ß"}, uniq_key="A1"),
                 Message("Orders", b"\x00" * 300, sharding_key="customer-9", uniq_key="A2"),
                 Message("Orders", b"x", delay_level=3, uniq_key="A3")]
-    lines = "\n".join(spb.SendMessageRequest(messages=[convert.to_proto(m, "ns1", now)])
+    lines = "\n".join(service.SendMessageRequest(messages=[convert.to_proto(m, "ns1", now)])
                       .SerializeToString().hex() for m in messages)
     proc = subprocess.run([str(ROOT / ".venv-grpc-peer" / "bin" / "python"), "-c",
                            OFFICIAL_PARSE], input=lines, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     seen = json.loads(proc.stdout)
-    common = {"topic": ["ns1", "Orders"], "encoding": pb.IDENTITY, "born": now,
+    common = {"topic": ["ns1", "Orders"], "encoding": definition.IDENTITY, "born": now,
               "host": convert.BORN_HOST}
     assert seen == [
         dict(common, body="body ✓".encode().hex(), props={"region": "eu", "ü": "ß"},
-             tag="created", keys=["k1", "k 2"], id="A1", type=pb.NORMAL, group=None,
+             tag="created", keys=["k1", "k 2"], id="A1", type=definition.NORMAL, group=None,
              deliver=None),
-        dict(common, body="00" * 300, props={}, tag=None, keys=[], id="A2", type=pb.FIFO,
+        dict(common, body="00" * 300, props={}, tag=None, keys=[], id="A2", type=definition.FIFO,
              group="customer-9", deliver=None),
-        dict(common, body="78", props={}, tag=None, keys=[], id="A3", type=pb.DELAY,
+        dict(common, body="78", props={}, tag=None, keys=[], id="A3", type=definition.DELAY,
              group=None, deliver=now + 10_000)]
 
 
@@ -326,17 +329,17 @@ def test_dispatcher_bounds_calls_in_flight_and_keeps_each_group_in_order():
         outcomes[call.context] = error if error is not None else results
 
     async def main():
-        d = Dispatcher(5, invoke)
+        dispatcher = Dispatcher(5, invoke)
         calls = [Call(b"", f"g{i % 3}" if i % 4 else None, done, (f"g{i % 3}" if i % 4 else
                                                                   None, i)) for i in range(60)]
-        d.submit(calls[:30])
-        d.submit(calls[30:])
+        dispatcher.submit(calls[:30])
+        dispatcher.submit(calls[30:])
         while len(outcomes) < 60:
             await asyncio.sleep(0.01)
-        assert d.in_flight == 0
-        d.close("closed for the test")
+        assert dispatcher.in_flight == 0
+        dispatcher.close("closed for the test")
         late = Call(b"", None, done, (None, 99))
-        d.submit([late])
+        dispatcher.submit([late])
         assert isinstance(outcomes[(None, 99)], ClientClosed)
         return calls
 

@@ -16,7 +16,7 @@ from ..protocol.properties import java_string_hash
 _MASK64 = (1 << 64) - 1
 _LCG_MULTIPLIER = 2862933555777941757
 
-Q = TypeVar("Q")
+QueueT = TypeVar("QueueT")
 
 
 def _to_int32(value: int) -> int:
@@ -44,7 +44,7 @@ def consistent_hash(key: int, buckets: int) -> int:
             return candidate
 
 
-def queue_for_group(writable: Sequence[Q], group: str) -> Q:
+def queue_for_group(writable: Sequence[QueueT], group: str) -> QueueT:
     """The queue the proxy picks for a one-message call whose message group is ``group``."""
     if not writable:
         raise ValueError("the topic has no writable queue")
