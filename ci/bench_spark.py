@@ -307,13 +307,13 @@ def build_reference_batch(namesrv: str, args, path: str) -> dict:
     read in part 1 (same options), saved as Arrow IPC."""
     from bench_sources import save_batch
     from rocketmq_spark.source.batch_reader import RocketMQBatchReader
-    from rocketmq_spark.source.options import parse_options
+    from rocketmq_spark.source.options import parse_source_options
     from rocketmq_spark.source.partition_reader import read_partition
 
     raw = {"nameServer": namesrv, "subscribe": READ_TOPIC,
            "pullBatchSize": str(args.pull_batch_size)}
     raw.update(item.partition("=")[::2] for item in args.read_option)
-    options = parse_options(raw, streaming=False)
+    options = parse_source_options(raw, streaming=False)
     partition = RocketMQBatchReader(options).partitions()[0]
     batches = read_partition(options, partition)
     batch = next(batches)
@@ -608,7 +608,7 @@ def bench_planning(args) -> dict:
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     from rocketmq_spark.source.offsets import to_offset
-    from rocketmq_spark.source.options import parse_options
+    from rocketmq_spark.source.options import parse_source_options
     from rocketmq_spark.source.stream_reader import RocketMQStreamReader
 
     server, namesrv = start_server(
@@ -618,8 +618,8 @@ def bench_planning(args) -> dict:
         with Admin(namesrv) as admin:
             queues = admin.queues(WIDE_TOPIC, refresh=True)
         start = json.dumps(to_offset({mq: 0 for mq in queues}))
-        options = parse_options({"nameServer": namesrv, "subscribe": WIDE_TOPIC,
-                                 "offsetsRefreshIntervalMs": "0"}, streaming=True)
+        options = parse_source_options({"nameServer": namesrv, "subscribe": WIDE_TOPIC,
+                                        "offsetsRefreshIntervalMs": "0"}, streaming=True)
 
         def plan(reader) -> tuple:
             """What the streaming-source runner does for one micro-batch."""

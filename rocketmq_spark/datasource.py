@@ -10,7 +10,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from .source.options import parse_options
+from .options import boolean
+from .source.options import parse_source_options
 from .source.schema import spark_schema
 
 
@@ -28,18 +29,18 @@ class RocketMQDataSource(DataSource):
         return "rocketmq"
 
     def schema(self) -> StructType:
-        include = str(self.options.get("includeProperties", "false")).strip().lower() == "true"
+        include = boolean("includeProperties", self.options.get("includeProperties", "false"))
         return spark_schema(include)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from .source.batch_reader import RocketMQBatchReader
 
-        return RocketMQBatchReader(parse_options(self.options, streaming=False))
+        return RocketMQBatchReader(parse_source_options(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from .source.stream_reader import RocketMQStreamReader
 
-        return RocketMQStreamReader(parse_options(self.options, streaming=True))
+        return RocketMQStreamReader(parse_source_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from .sink.writer import batch_writer

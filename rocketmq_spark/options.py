@@ -1,66 +1,218 @@
-"""Option parsing shared by the source and the sink: one error class, and the checks both use
-(booleans, bounded integers, unknown names, credentials, TLS). Every error names the option."""
+"""The options of ``format("rocketmq")``, declared once: each :class:`Option` says its name, how
+its text becomes a value (and the bounds it must keep), its default and one line of doc.
+
+The source (:mod:`.source.options`), the sink (:mod:`.sink.options`) and the lag listener
+(:mod:`.source.lag`) build their tables from these parts and parse into frozen dataclasses;
+the README's option tables are held to them by ``tests/test_option_tables.py``. Every error
+names the option at fault.
+"""
 from __future__ import annotations
 
-from typing import Dict, Mapping, Optional, Tuple
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 from .client.acl import Credentials
+from .client.config import parse_name_servers
+from .client.settings import ConnectionSettings
 
 
 class OptionError(ValueError):
     """A missing, unknown or malformed option; the message names it."""
 
 
-def lower_keys(raw: Mapping[str, str]) -> Dict[str, str]:
-    """Options by lower-case name (Spark's options are case-insensitive)."""
-    return {str(k).lower(): str(v) for k, v in raw.items()}
+Parser = Callable[[str, str], Any]  # (option name, its text) -> value; raises OptionError
+
+# Topic and group names as RocketMQ's clients check them (Validators.java).
+NAME_CHARS = "%|a-zA-Z0-9_-"
+TOPIC_NAME = re.compile(rf"^[{NAME_CHARS}]{{1,127}}$")
+GROUP_NAME = re.compile(rf"^[{NAME_CHARS}]{{1,255}}$")
 
 
-def reject_unknown(raw: Mapping[str, str], known: Mapping[str, str], what: str,
-                   hint: str = "") -> None:
-    """Raise naming every option of ``raw`` that ``known`` (lower-case name -> spelling)
-    does not list."""
-    unknown = [name for name in raw if str(name).lower() not in known]
-    if unknown:
-        raise OptionError(f"unknown option(s) for {what}: {', '.join(map(str, unknown))}. "
-                          f"{hint}Known options: {', '.join(sorted(set(known.values())))}")
+@dataclass(frozen=True)
+class Option:
+    """One option. ``field``: the attribute of the parsed options it fills (None: a rule of
+    the source or sink reads it). ``shown_default``: the README's default column, where the
+    value alone does not say it ("required", "unlimited")."""
+
+    name: str
+    field: Optional[str]
+    parse: Parser
+    default: Any
+    doc: str
+    shown_default: Optional[str] = None
+
+    @property
+    def default_text(self) -> str:
+        """The default as the README's tables show it."""
+        if self.shown_default is not None:
+            return self.shown_default
+        if isinstance(self.default, bool):
+            return str(self.default).lower()
+        if self.default is None or self.default == ():
+            return ""
+        if isinstance(self.default, tuple):
+            return ",".join(map(str, self.default))
+        return str(self.default)
 
 
-def parse_bool(name: str, value: str) -> bool:
-    lowered = value.strip().lower()
+class OptionTable:
+    """The options one reader or writer accepts. Names are case-insensitive, as Spark's are;
+    ``passed_through`` names options Spark adds that are known but not parsed here."""
+
+    def __init__(self, what: str, options: Iterable[Option],
+                 passed_through: Sequence[str] = ()):
+        self.what = what
+        self.options: Tuple[Option, ...] = tuple(options)
+        self._by_lower = {o.name.lower(): o for o in self.options}
+        self._known = {**{o.name.lower(): o.name for o in self.options},
+                       **{n.lower(): n for n in passed_through}}
+
+    def __getitem__(self, name: str) -> Option:
+        return self._by_lower[name.lower()]
+
+    def spelling(self, lower_name: str) -> str:
+        return self._known[lower_name]
+
+    def given(self, raw: Mapping[str, str], hint: str = "") -> Dict[str, str]:
+        """The options of ``raw`` by lower-case name; raises naming every unknown one."""
+        unknown = [str(name) for name in raw if str(name).lower() not in self._known]
+        if unknown:
+            raise OptionError(f"unknown option(s) for {self.what}: {', '.join(unknown)}. "
+                              f"{hint}Known options: "
+                              f"{', '.join(sorted(set(self._known.values())))}")
+        return {str(k).lower(): str(v) for k, v in raw.items()}
+
+    def parse(self, given: Mapping[str, str]) -> Dict[str, Any]:
+        """Every option of ``given`` (from :meth:`given`) parsed alone, by name."""
+        return {o.name: o.parse(o.name, given[o.name.lower()]) for o in self.options
+                if o.name.lower() in given}
+
+    def fields(self, values: Mapping[str, Any]) -> Dict[str, Any]:
+        """The options dataclass's keyword arguments: each field's default, then the values
+        given (an option without a field is left to the caller's rules)."""
+        out = {o.field: o.default for o in self.options if o.field and o.default is not None}
+        out.update((self[name].field, value) for name, value in values.items()
+                   if self[name].field)
+        return out
+
+
+# ---------------------------------------------------------------------------------- parsers
+
+
+def boolean(name: str, text: str) -> bool:
+    lowered = text.strip().lower()
     if lowered in ("true", "false"):
         return lowered == "true"
-    raise OptionError(f"option {name} must be true or false, got {value!r}")
+    raise OptionError(f"option {name} must be true or false, got {text!r}")
 
 
-def parse_int(name: str, value: str, minimum: int = 1, maximum: Optional[int] = None) -> int:
+def parse_int(name: str, text: str, minimum: int = 1, maximum: Optional[int] = None) -> int:
     try:
-        number = int(value.strip())
+        number = int(text.strip())
     except ValueError:
-        raise OptionError(f"option {name} must be a whole number, got {value!r}") from None
+        raise OptionError(f"option {name} must be a whole number, got {text!r}") from None
     if number < minimum or (maximum is not None and number > maximum):
         bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
         raise OptionError(f"option {name} must be {bound}, got {number}")
     return number
 
 
-def parse_credentials(opts: Mapping[str, str]) -> Optional[Credentials]:
-    """``accessKey`` and ``secretKey`` (lower-cased ``opts``), both or neither."""
-    has_ak, has_sk = "accesskey" in opts, "secretkey" in opts
+def integer(minimum: int = 1, maximum: Optional[int] = None) -> Parser:
+    """A whole number within ``minimum``..``maximum``."""
+    return lambda name, text: parse_int(name, text, minimum, maximum)
+
+
+def choice(*values: str) -> Parser:
+    """One of ``values``, in any case; gives its spelling here."""
+    by_lower = {v.lower(): v for v in values}
+
+    def parse(name: str, text: str) -> str:
+        found = by_lower.get(text.strip().lower())
+        if found is None:
+            raise OptionError(f"option {name} must be one of {', '.join(values)}, "
+                              f"got {text!r}")
+        return found
+    return parse
+
+
+def text(name: str, value: str) -> str:
+    return value
+
+
+def optional_text(name: str, value: str) -> Optional[str]:
+    return value or None
+
+
+def comma_list(name: str, value: str) -> Tuple[str, ...]:
+    return tuple(item.strip() for item in value.split(",") if item.strip())
+
+
+def check_topic(name: str, topic: str) -> str:
+    if not TOPIC_NAME.match(topic):
+        raise OptionError(f"option {name}: {topic!r} is not a valid topic name (letters, "
+                          "digits, %, |, _ and -, at most 127)")
+    return topic
+
+
+def topic_name(name: str, value: str) -> str:
+    return check_topic(name, value.strip())
+
+
+def group_name(name: str, value: str) -> str:
+    group = value.strip()
+    if not GROUP_NAME.match(group):
+        raise OptionError(f"option {name} {group!r} is not a valid group name (letters, "
+                          "digits, %, |, _ and -, at most 255)")
+    return group
+
+
+def name_server_list(name: str, value: str) -> Tuple[str, ...]:
+    try:
+        return tuple(parse_name_servers(value))
+    except ValueError as exc:
+        raise OptionError(f"option {name}: {exc}") from None
+
+
+# ------------------------------------------------------------------------- the connection
+
+NAME_SERVER = Option("nameServer", "name_servers", name_server_list, (),
+                     "name server(s), host:port;host:port, tried in turn",
+                     shown_default="required")
+ACCESS_KEY = Option("accessKey", None, text, None, "ACL access key (with secretKey)")
+SECRET_KEY = Option("secretKey", None, text, None, "ACL secret key; never logged or shown")
+TLS = Option("tls", "tls", boolean, False, "TLS to name servers and brokers")
+TLS_CA_FILE = Option("tlsCaFile", "tls_ca_file", optional_text, None,
+                     "CA certificates (PEM) to trust", shown_default="system CAs")
+TLS_VERIFY = Option("tlsVerify", "tls_verify", boolean, True,
+                    "false trusts any certificate, like RocketMQ's test mode")
+CONNECTION = (NAME_SERVER, ACCESS_KEY, SECRET_KEY, TLS, TLS_CA_FILE, TLS_VERIFY)
+CONNECTION_TABLE = OptionTable("a rocketmq connection", CONNECTION)
+
+
+def require_name_server(given: Mapping[str, str], what: str = "") -> None:
+    if not given.get("nameserver", "").strip():
+        raise OptionError(f"option nameServer is required, e.g. \"host:9876;host2:9876\"{what}")
+
+
+def parse_credentials(given: Mapping[str, str]) -> Optional[Credentials]:
+    """``accessKey`` and ``secretKey`` (``given``: lower-case names), both or neither."""
+    has_ak, has_sk = "accesskey" in given, "secretkey" in given
     if has_ak != has_sk:
         raise OptionError("options accessKey and secretKey go together; only "
                           + ("accessKey" if has_ak else "secretKey") + " was set")
     if not has_ak:
         return None
-    if not opts["accesskey"] or not opts["secretkey"]:
+    if not given["accesskey"] or not given["secretkey"]:
         raise OptionError("options accessKey and secretKey must not be empty")
-    return Credentials(opts["accesskey"], opts["secretkey"])
+    return Credentials(given["accesskey"], given["secretkey"])
 
 
-def parse_tls(opts: Mapping[str, str], default: bool = False
-              ) -> Tuple[bool, Optional[str], bool]:
-    """(tls, tlsCaFile, tlsVerify) from lower-cased ``opts``."""
-    tls = parse_bool("tls", opts["tls"]) if "tls" in opts else default
-    verify = parse_bool("tlsVerify", opts["tlsverify"]) if "tlsverify" in opts else True
-    ca_file = opts.get("tlscafile") or None
-    return tls, ca_file, verify
+def connection_settings(raw: Mapping[str, str], what: str = "") -> ConnectionSettings:
+    """The connection options of ``raw`` (any others are left alone) as settings."""
+    given = {k: v for k, v in ((str(k).lower(), str(v)) for k, v in raw.items())
+             if k in {o.name.lower() for o in CONNECTION}}
+    require_name_server(given, what)
+    values = CONNECTION_TABLE.fields(CONNECTION_TABLE.parse(given))
+    return ConnectionSettings(values["name_servers"], parse_credentials(given), values["tls"],
+                              values.get("tls_ca_file"), values["tls_verify"])

@@ -10,13 +10,15 @@ stdout as one JSON object per line, starting with ``{"event": "ready", "jvm_pid"
 failed query prints ``{"event": "failed", ...}`` and exits 3.
 
 ``--guarantee`` sets the sink's ``deliveryGuarantee`` (not set: the sink's default).
-``--kill-at POINT:BATCH`` asks the exactly-once sink's test hook to SIGKILL the driver JVM at
-POINT of micro-batch BATCH (``after_record``: the batch is recorded as committed, no
-END_TRANSACTION sent yet; ``mid_end``: half of them sent; ``after_commit``: all sent, Spark's
-commit log not written), through ``ROCKETMQ_SPARK_SINK_KILL``, which the sink's commit reads
-(the JVM and its Python workers inherit this process's environment; see
-docs/notes/transactions-sink.md). Each point fires once per checkpoint. ``--task-max-failures N`` runs ``local[2,N]`` so that a failed
-task is run again instead of failing the query (``local[2]`` never retries a task).
+``--kill-at POINT:BATCH`` SIGKILLs the driver JVM at POINT of micro-batch BATCH's exactly-once
+commit (``after_record``: the batch is recorded as committed, no END_TRANSACTION sent yet;
+``mid_end``: half of them sent; ``after_commit``: all sent, Spark's commit log not written).
+The hooks are this script's: it registers :func:`kill_hooks_source`, the rocketmq data source
+whose stream writer carries a :class:`rocketmq_spark.sink.exactly_once.CommitObserver` that
+kills, under the name ``rocketmq_kill_hooks``, and writes with it (the observer travels pickled
+to the Python worker that runs the driver-side commit). Each point fires once per checkpoint.
+``--task-max-failures N`` runs ``local[2,N]`` so that a failed task is run again instead of
+failing the query (``local[2]`` never retries a task).
 """
 from __future__ import annotations
 
@@ -26,11 +28,72 @@ import os
 import sys
 import time
 
-KILL_HOOK_ENV = "ROCKETMQ_SPARK_SINK_KILL"  # the exactly-once sink's test hook
+KILL_POINTS = ("after_record", "mid_end", "after_commit")
+KILL_HOOKS_FORMAT = "rocketmq_kill_hooks"
 
 
 def emit(**event) -> None:
     print(json.dumps(event), flush=True)
+
+
+def kill_hooks_source(kill_at: str):
+    """The rocketmq data source, named ``rocketmq_kill_hooks``, whose exactly-once commits
+    SIGKILL the driver JVM at ``kill_at`` (``POINT:BATCH``, several separated by commas). Made
+    here, in ``__main__``, so that cloudpickle ships its code to Spark's Python workers."""
+    import logging
+    import signal
+
+    from rocketmq_spark.datasource import RocketMQDataSource
+    from rocketmq_spark.sink.commit_record import write_atomic
+    from rocketmq_spark.sink.exactly_once import CommitObserver, driver_jvm_pid
+    from rocketmq_spark.sink.writer import stream_writer
+
+    wanted = frozenset(s.strip() for s in kill_at.split(",") if s.strip())
+    unknown = [w for w in wanted if w.partition(":")[0] not in KILL_POINTS]
+    if unknown:
+        raise SystemExit(f"--kill-at: unknown point(s) {unknown}; use {KILL_POINTS}")
+
+    class DriverKiller(CommitObserver):
+        """SIGKILLs the driver JVM (and this worker) at the wanted points, once each."""
+
+        def recorded(self, commit_log, batch_id):
+            self._kill_at(commit_log, "after_record", batch_id)
+
+        def send_end_transactions(self, send, handles, commit_log, batch_id):
+            if f"mid_end:{batch_id}" not in wanted:
+                return send(handles)
+            half = len(handles) // 2
+            sent = send(handles[:half])
+            self._kill_at(commit_log, "mid_end", batch_id)
+            return sent + send(handles[half:])
+
+        def committed(self, commit_log, batch_id):
+            self._kill_at(commit_log, "after_commit", batch_id)
+
+        @staticmethod
+        def _kill_at(commit_log, point, batch_id):
+            if f"{point}:{batch_id}" not in wanted:
+                return
+            marker = os.path.join(commit_log.root, "kill-fired", f"{point}-{batch_id}")
+            if os.path.exists(marker):
+                return
+            write_atomic(marker, str(time.time()).encode())
+            jvm = driver_jvm_pid()
+            logging.getLogger("sink_pipeline").warning(
+                "test hook: killing the driver JVM %s at %s of batch %d", jvm, point, batch_id)
+            if jvm is not None:
+                os.kill(jvm, signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    class RocketMQWithKillHooks(RocketMQDataSource):
+        @classmethod
+        def name(cls) -> str:
+            return KILL_HOOKS_FORMAT
+
+        def streamWriter(self, schema, overwrite):
+            return stream_writer(self.options, schema, overwrite, observer=DriverKiller())
+
+    return RocketMQWithKillHooks
 
 
 def main() -> int:
@@ -47,8 +110,6 @@ def main() -> int:
     p.add_argument("--kill-at", metavar="POINT:BATCH")
     p.add_argument("--task-max-failures", type=int, default=0)
     args = p.parse_args()
-    if args.kill_at:
-        os.environ[KILL_HOOK_ENV] = args.kill_at
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -60,6 +121,10 @@ def main() -> int:
              .config("spark.sql.streaming.stopTimeout", "60s")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
+    sink_format = "rocketmq"
+    if args.kill_at:
+        spark.dataSource.register(kill_hooks_source(args.kill_at))
+        sink_format = KILL_HOOKS_FORMAT
     jvm_pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
     emit(event="ready", pid=os.getpid(), jvm_pid=jvm_pid)
 
@@ -72,7 +137,7 @@ def main() -> int:
             "upper(CAST(body AS STRING)) AS body", "keys", "tags",
             "map('src', concat_ws('/', topic, brokerName, CAST(queueId AS STRING), "
             "CAST(queueOffset AS STRING))) AS properties")
-        writer = (out.writeStream.format("rocketmq").option("nameServer", args.namesrv)
+        writer = (out.writeStream.format(sink_format).option("nameServer", args.namesrv)
                   .option("topic", args.sink)
                   .option("checkpointLocation", os.path.join(args.work, "cp")))
         if args.guarantee:

@@ -26,7 +26,7 @@ from rocketmq_spark.client.errors import AuthError
 from rocketmq_spark.client.pull import redact_remark
 from rocketmq_spark.source.batch_reader import RocketMQBatchReader
 from rocketmq_spark.source.connect import client_config
-from rocketmq_spark.source.options import OptionError, parse_options
+from rocketmq_spark.source.options import OptionError, parse_source_options
 from rocketmq_spark.source.stream_reader import RocketMQStreamReader
 
 AK, SK = "AKtest7Q9X", "SKsecret5Z3W8"
@@ -203,8 +203,8 @@ def test_keys_never_leak_from_reprs_errors_and_partitions(acl_cluster):
     raw = {"nameServer": acl_cluster.namesrv_addr, "subscribe": acl_cluster.topic,
            "accessKey": AK, "secretKey": SK, "consumerGroup": "secrets-group",
            "startingOffsets": "earliest"}
-    stream_options = parse_options(raw, streaming=True)
-    batch_options = parse_options(raw, streaming=False)
+    stream_options = parse_source_options(raw, streaming=True)
+    batch_options = parse_source_options(raw, streaming=False)
     texts = {}
     for name, obj in (("stream options", stream_options), ("batch options", batch_options),
                       ("credentials", stream_options.credentials),
@@ -227,7 +227,7 @@ def test_keys_never_leak_from_reprs_errors_and_partitions(acl_cluster):
 
     # Errors: a bad option next to the keys, and a wrong secret against the brokers.
     with pytest.raises(OptionError) as err:
-        parse_options({**raw, "startingOffsets": "nope"}, streaming=True)
+        parse_source_options({**raw, "startingOffsets": "nope"}, streaming=True)
     texts["option error"] = f"{err.value} {err.value!r}"
     with Admin(acl_cluster.namesrv_addr,
                config=ClientConfig(credentials=Credentials(AK, WRONG_SK))) as admin:

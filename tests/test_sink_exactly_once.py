@@ -5,7 +5,8 @@ apache/rocketmq 4.9.8's broker), and a real Spark session for the pipeline. The 
 drive the sink's own task and commit code without Spark where Spark cannot be paused at the
 moment that matters (between the tasks' sends and the driver's commit).
 
-The driver-kill tests (ROCKETMQ_SPARK_SINK_KILL) are in test_sink_exactly_once_kills.py.
+The driver-kill tests (the hooks of tests/sink_pipeline.py) are in
+test_sink_exactly_once_kills.py.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
 from rocketmq_spark.client.remoting import RemotingClient
 from rocketmq_spark.client.transaction import END_TRANSACTION, CheckResponder
 from rocketmq_spark.options import OptionError
-from rocketmq_spark.sink import exactly_once as eo
+from rocketmq_spark.sink import exactly_once
 from rocketmq_spark.sink.ids import TaskIdentity
 from rocketmq_spark.sink.options import parse_sink_options
 from rocketmq_spark.sink.schema import plan_columns
@@ -71,10 +72,15 @@ def send_halves(cluster, topic: str, rows, batch_id: int = 0, group: str = "eo-g
                       half_properties=_half_properties(group, QUERY, batch_id))
 
 
-def record_of(summary, batch_id: int, group: str = "eo-group") -> eo.BatchRecord:
+def commit_batch(log, remoting, record) -> int:
+    """The sink's driver-side commit of ``record``, with the op topic read over ``remoting``."""
+    return exactly_once.commit_batch(log, remoting, exactly_once.OpTopic(remoting), record)
+
+
+def record_of(summary, batch_id: int, group: str = "eo-group") -> exactly_once.BatchRecord:
     from rocketmq_spark.client.transaction import HalfHandle
 
-    return eo.BatchRecord(batch_id, QUERY, group, [summary.token],
+    return exactly_once.BatchRecord(batch_id, QUERY, group, [summary.token],
                           [HalfHandle.from_tuple(t) for t in summary.handles])
 
 
@@ -92,13 +98,14 @@ def start_responder(cluster, group: str, log, ops) -> CheckResponder:
     """A check-back responder for ``group`` answering from ``log``, registered on every
     broker of the cluster (what the sink's responder process does)."""
     responder = CheckResponder.create(RemotingClient().config, group,
-                                      lambda req: eo.decide(log, QUERY, ops, req)).start()
+                                      lambda req: exactly_once.decide(log, QUERY, ops, req)).start()
     responder.register(b.addr for b in cluster.brokers)
     return responder
 
 
 def test_option_errors_name_the_option(tmp_path):
-    with pytest.raises(OptionError, match="deliveryGuarantee: 'twice'"):
+    with pytest.raises(OptionError, match="deliveryGuarantee must be one of atLeastOnce, "
+                                          "exactlyOnce, got 'twice'"):
         parse_sink_options({"nameServer": "h:9876", "deliveryGuarantee": "twice"})
     with pytest.raises(OptionError, match="exactlyOnce works over RocketMQ's remoting"):
         parse_sink_options({"endpoints": "h:8081", "deliveryGuarantee": "exactlyOnce"})
@@ -131,9 +138,9 @@ def test_half_messages_are_invisible_until_the_commit_then_delivered_once(txn_cl
     assert len(summary.handles) == 200 and summary.token
     time.sleep(0.3)
     assert visible(cluster, topic) == 0, "a half message reached its topic before the commit"
-    log = eo.CommitLog(str(tmp_path / "rocketmq-sink"))
+    log = exactly_once.CommitLog(str(tmp_path / "rocketmq-sink"))
     with RemotingClient() as remoting:
-        sent = eo.commit_batch(log, remoting, eo.OpTopic(remoting), record_of(summary, 0))
+        sent = commit_batch(log, remoting, record_of(summary, 0))
     assert sent == 200
     deadline = time.time() + 10
     while visible(cluster, topic) < 200 and time.time() < deadline:
@@ -164,9 +171,9 @@ def test_a_refused_half_rolls_back_the_rest_of_its_run_at_once(embedded_cluster_
             break
         time.sleep(0.1)
     assert pending == 300, "the stored rest of the refused run was not rolled back"
-    log = eo.CommitLog(str(tmp_path / "rocketmq-sink"))
+    log = exactly_once.CommitLog(str(tmp_path / "rocketmq-sink"))
     with RemotingClient() as remoting:
-        eo.commit_batch(log, remoting, eo.OpTopic(remoting), record_of(summary, 0, "eo-refused"))
+        commit_batch(log, remoting, record_of(summary, 0, "eo-refused"))
     deadline = time.time() + 10
     while visible(cluster, topic) < 300 and time.time() < deadline:
         time.sleep(0.1)
@@ -184,13 +191,13 @@ def test_signed_half_messages_and_end_transactions(embedded_cluster_factory, uni
     summary = send_halves(cluster, topic, range(150), group="eo-signed",
                           accessKey="ak-eo", secretKey="sk-eo-secret")
     assert len(summary.handles) == 150
-    log = eo.CommitLog(str(tmp_path / "rocketmq-sink"))
+    log = exactly_once.CommitLog(str(tmp_path / "rocketmq-sink"))
     from rocketmq_spark.client.acl import Credentials
     from rocketmq_spark.client.config import ClientConfig
 
     config = ClientConfig(credentials=Credentials("ak-eo", "sk-eo-secret"))
     with RemotingClient(config) as remoting:
-        eo.commit_batch(log, remoting, eo.OpTopic(remoting), record_of(summary, 0, "eo-signed"))
+        commit_batch(log, remoting, record_of(summary, 0, "eo-signed"))
     deadline = time.time() + 10
     while visible(cluster, topic) < 150 and time.time() < deadline:
         time.sleep(0.1)
@@ -211,15 +218,15 @@ def test_aborted_attempt_is_never_delivered_even_after_check_backs(txn_cluster, 
     cluster.create_topic(topic, 4)
     summary = send_halves(cluster, topic, range(50), group="eo-abort")
     with RemotingClient() as remoting:
-        eo.rollback(remoting, "eo-abort", record_of(summary, 0, "eo-abort").handles)
+        exactly_once.rollback(remoting, "eo-abort", record_of(summary, 0, "eo-abort").handles)
     # An attempt nobody settles (a dead task): the record answers ROLLBACK once a later
     # batch is committed.
     lost = send_halves(cluster, topic, range(1000, 1030), batch_id=1, group="eo-abort")
     later = send_halves(cluster, topic, range(2000, 2010), batch_id=2, group="eo-abort")
-    log = eo.CommitLog(str(tmp_path / "rocketmq-sink"))
+    log = exactly_once.CommitLog(str(tmp_path / "rocketmq-sink"))
     with RemotingClient() as remoting:
-        eo.commit_batch(log, remoting, eo.OpTopic(remoting), record_of(later, 2, "eo-abort"))
-        ops = eo.OpTopic(remoting)
+        commit_batch(log, remoting, record_of(later, 2, "eo-abort"))
+        ops = exactly_once.OpTopic(remoting)
         responder = start_responder(cluster, "eo-abort", log, ops)
         try:
             deadline = time.time() + 15
@@ -240,17 +247,17 @@ def test_dropped_end_transactions_are_settled_by_check_back_as_recorded(txn_clus
     topic = unique_name("EoDrop")
     cluster.create_topic(topic, 4)
     summary = send_halves(cluster, topic, range(100), group="eo-drop")
-    log = eo.CommitLog(str(tmp_path / "rocketmq-sink"))
+    log = exactly_once.CommitLog(str(tmp_path / "rocketmq-sink"))
     cluster.drop_next(40, request_codes=[END_TRANSACTION])  # 40 COMMITs lost on the way
     with RemotingClient() as remoting:
-        eo.commit_batch(log, remoting, eo.OpTopic(remoting), record_of(summary, 0, "eo-drop"))
+        commit_batch(log, remoting, record_of(summary, 0, "eo-drop"))
     time.sleep(1)
     assert visible(cluster, topic) == 60
     import os
-    past = time.time() - 2 * eo.END_GRACE_SECONDS
+    past = time.time() - 2 * exactly_once.END_GRACE_SECONDS
     os.utime(os.path.join(log.root, "ended", "0"), (past, past))  # the grace period is over
     with RemotingClient() as lookups:
-        ops = eo.OpTopic(lookups)
+        ops = exactly_once.OpTopic(lookups)
         responder = start_responder(cluster, "eo-drop", log, ops)
         try:
             deadline = time.time() + 20
@@ -272,9 +279,9 @@ def test_restart_settles_a_recorded_batch_without_a_second_commit(txn_cluster, u
     cluster.create_topic(topic, 4)
     summary = send_halves(cluster, topic, range(300), group="eo-settle")
     record = record_of(summary, 7, "eo-settle")
-    log = eo.CommitLog(str(tmp_path / "rocketmq-sink"))
+    log = exactly_once.CommitLog(str(tmp_path / "rocketmq-sink"))
     with RemotingClient() as remoting:
-        ops = eo.OpTopic(remoting)
+        ops = exactly_once.OpTopic(remoting)
         for a in {h.address for h in record.handles}:
             record.op_start[a] = ops.max_offset(a)
         log.record_commit(record)
@@ -283,7 +290,7 @@ def test_restart_settles_a_recorded_batch_without_a_second_commit(txn_cluster, u
     time.sleep(1)
     assert log.pending() == [7]
     with RemotingClient() as remoting:  # the next run
-        sent = eo.settle(log, remoting, eo.OpTopic(remoting))
+        sent = exactly_once.settle(log, remoting, exactly_once.OpTopic(remoting))
     assert sent == 180
     time.sleep(1)
     assert pull_bodies(cluster, topic) == Counter(str(i) for i in range(300))
@@ -294,17 +301,39 @@ def test_replayed_committed_batch_is_rolled_back(txn_cluster, unique_name, tmp_p
     cluster = txn_cluster
     topic = unique_name("EoReplay")
     cluster.create_topic(topic, 4)
-    log = eo.CommitLog(str(tmp_path / "rocketmq-sink"))
+    log = exactly_once.CommitLog(str(tmp_path / "rocketmq-sink"))
     first = send_halves(cluster, topic, range(80), batch_id=3, group="eo-replay")
     with RemotingClient() as remoting:
-        eo.commit_batch(log, remoting, eo.OpTopic(remoting), record_of(first, 3, "eo-replay"))
+        commit_batch(log, remoting, record_of(first, 3, "eo-replay"))
     replay = send_halves(cluster, topic, range(80), batch_id=3, group="eo-replay")
     with RemotingClient() as remoting:
-        sent = eo.commit_batch(log, remoting, eo.OpTopic(remoting),
+        sent = commit_batch(log, remoting,
                                record_of(replay, 3, "eo-replay"))
     assert sent == 0
     time.sleep(1)
     assert pull_bodies(cluster, topic) == Counter(str(i) for i in range(80))
+
+
+@pytest.mark.timeout(60)
+def test_a_large_replay_finds_its_new_half_messages_in_linear_time():
+    """A replayed batch of 200,000 rows: the handles the earlier run did not record are found
+    with one set of the recorded ones (a set built per handle stalled the driver for hours)."""
+    from rocketmq_spark.client.transaction import HalfHandle
+
+    def handles(offsets):
+        return [HalfHandle("broker-a", "127.0.0.1:10911", f"U{i}", i, 1000 + i) for i in offsets]
+
+    rows = 200_000
+    previous = exactly_once.BatchRecord(5, QUERY, "eo-group", ["t1"], handles(range(rows)))
+    # The replay's attempt stored every row again: half at offsets the record already holds
+    # (a task whose halves were recorded), half at new ones.
+    replay = handles(range(rows // 2, rows + rows // 2))
+    record = exactly_once.BatchRecord(5, QUERY, "eo-group", ["t2"], replay)
+    started = time.perf_counter()
+    fresh = exactly_once.new_handles(record, previous)
+    elapsed = time.perf_counter() - started
+    assert fresh == handles(range(rows, rows + rows // 2))
+    assert elapsed < 5.0, f"{elapsed:.1f} s for {rows:,} handles"
 
 
 # ------------------------------------------------------------------------------ Spark
@@ -337,5 +366,5 @@ def test_stream_pipeline_exactly_once(spark, embedded_cluster_factory, unique_na
     run()  # a restart on the same checkpoint
     seen = pull_bodies(cluster, sink)
     assert len(seen) == 2000 and set(seen.values()) == {1}
-    log = eo.CommitLog(eo.record_root(checkpoint))
+    log = exactly_once.CommitLog(exactly_once.record_root(checkpoint))
     assert log.pending() == [] and len(log.committed_ids()) >= 2

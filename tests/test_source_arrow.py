@@ -13,9 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rocketmq_spark.client.protocol import message as M
+from rocketmq_spark.client.protocol.message import decode_messages, encode_stored_message
 from rocketmq_spark.client.protocol.pull_decode import SCHEMA, decode_columns
-from rocketmq_spark.source import arrow as A
+from rocketmq_spark.source.arrow import (
+    arrow_schema, empty_spark_batch, properties_map, spark_schema, to_spark_batch,
+)
 
 pyspark = pytest.importorskip("pyspark")
 from pyspark.sql.datasource import DataSource, DataSourceReader  # noqa: E402
@@ -33,13 +35,13 @@ def record(i: int = 0, **kw) -> bytes:
                 born_timestamp=1700000000123 + i, store_timestamp=1700000000456 + i,
                 born_host="10.0.0.1:5555", store_host="10.0.0.2:10911", reconsume_times=i % 3)
     args.update(kw)
-    return M.encode_stored_message(**args)
+    return encode_stored_message(**args)
 
 
 def expected_rows(body: bytes, broker: str, include_properties: bool):
     """The output rows as the scalar decoder sees the same records."""
     rows = []
-    for m in M.decode_messages(body):
+    for m in decode_messages(body):
         row = {
             "topic": m.topic, "brokerName": broker, "queueId": m.queue_id,
             "queueOffset": m.queue_offset, "body": m.body, "tags": m.tags, "keys": m.keys,
@@ -62,8 +64,8 @@ def expected_rows(body: bytes, broker: str, include_properties: bool):
 
 @pytest.mark.parametrize("include_properties", [False, True])
 def test_arrow_schema_is_pysparks_own_conversion(include_properties):
-    want = to_arrow_schema(A.spark_schema(include_properties), timezone="UTC")
-    got = A.arrow_schema(include_properties)
+    want = to_arrow_schema(spark_schema(include_properties), timezone="UTC")
+    got = arrow_schema(include_properties)
     assert got.equals(want, check_metadata=True)
     assert str(got) == str(want)
     for a, b in zip(got, want):  # nested fields too (map key/value names and nullability)
@@ -76,10 +78,10 @@ def test_arrow_schema_is_pysparks_own_conversion(include_properties):
 def test_spark_schema_names_and_order():
     names = ["topic", "brokerName", "queueId", "queueOffset", "body", "tags", "keys", "msgId",
              "bornTimestamp", "storeTimestamp", "bornHost", "storeHost", "reconsumeTimes"]
-    assert A.spark_schema().fieldNames() == names
-    assert A.spark_schema(True).fieldNames() == names + ["properties"]
-    assert all(f.nullable for f in A.spark_schema(True).fields)
-    assert A.spark_schema(True)["properties"].dataType.simpleString() == "map<string,string>"
+    assert spark_schema().fieldNames() == names
+    assert spark_schema(True).fieldNames() == names + ["properties"]
+    assert all(f.nullable for f in spark_schema(True).fields)
+    assert spark_schema(True)["properties"].dataType.simpleString() == "map<string,string>"
 
 
 @pytest.mark.parametrize("include_properties", [False, True])
@@ -87,18 +89,18 @@ def test_pyspark_worker_accepts_the_batches(include_properties):
     """The exact check Spark's Python worker runs on a read() that yields RecordBatches."""
     from pyspark.sql.worker.plan_data_source_read import records_to_arrow_batches
     body = b"".join(record(i) for i in range(5))
-    batch = A.to_spark_batch(decode_columns(body), "broker-a", include_properties)
+    batch = to_spark_batch(decode_columns(body), "broker-a", include_properties)
     out = list(records_to_arrow_batches(iter([batch, batch.slice(2)]), 10000,
-                                        A.spark_schema(include_properties), None))
+                                        spark_schema(include_properties), None))
     assert [b.num_rows for b in out] == [5, 3]
 
 
 @pytest.mark.parametrize("include_properties", [False, True])
 def test_empty_batches(include_properties):
-    empty = A.empty_spark_batch(include_properties)
-    assert empty.num_rows == 0 and empty.schema.equals(A.arrow_schema(include_properties))
-    out = A.to_spark_batch(decode_columns(b""), "b", include_properties)
-    assert out.num_rows == 0 and out.schema.equals(A.arrow_schema(include_properties))
+    empty = empty_spark_batch(include_properties)
+    assert empty.num_rows == 0 and empty.schema.equals(arrow_schema(include_properties))
+    out = to_spark_batch(decode_columns(b""), "b", include_properties)
+    assert out.num_rows == 0 and out.schema.equals(arrow_schema(include_properties))
 
 
 # --------------------------------------------------------------------------------------------
@@ -108,8 +110,8 @@ def test_empty_batches(include_properties):
 def check(body: bytes, broker: str = "broker-a"):
     columns = decode_columns(body)
     for include in (False, True):
-        out = A.to_spark_batch(columns, broker, include)
-        assert out.schema.equals(A.arrow_schema(include))
+        out = to_spark_batch(columns, broker, include)
+        assert out.schema.equals(arrow_schema(include))
         out.validate(full=True)
         assert out.to_pylist() == expected_rows(body, broker, include)
 
@@ -121,7 +123,7 @@ def test_typical_records():
 def test_timestamps_are_exact_microseconds():
     ms = [0, 1, -1, 1700000000123, MS_MIN, MS_MAX, 2 ** 53, -(2 ** 53)]
     body = b"".join(record(i, born_timestamp=v, store_timestamp=-v) for i, v in enumerate(ms))
-    out = A.to_spark_batch(decode_columns(body), "b")
+    out = to_spark_batch(decode_columns(body), "b")
     assert out.column("bornTimestamp").type == pa.timestamp("us", tz="UTC")
     assert out.column("bornTimestamp").cast(pa.int64()).to_pylist() == [v * 1000 for v in ms]
     assert out.column("storeTimestamp").cast(pa.int64()).to_pylist() == [-v * 1000 for v in ms]
@@ -134,7 +136,7 @@ def test_broker_name_is_a_plain_constant_column_of_any_length():
     for rows in (1, 3, 70000, 5, 140001):  # past the cached array's size, then back
         big = pa.Table.from_batches([one] * rows).combine_chunks().to_batches()[0]
         for name in ("broker-a", "broker-ü", ""):
-            col = A.to_spark_batch(big, name).column("brokerName")
+            col = to_spark_batch(big, name).column("brokerName")
             assert col.type == pa.string() and len(col) == rows and col.null_count == 0
             assert col.unique().to_pylist() == [name]
             col.validate(full=True)
@@ -142,7 +144,7 @@ def test_broker_name_is_a_plain_constant_column_of_any_length():
 
 def test_other_columns_are_the_decoders_arrays():
     columns = decode_columns(b"".join(record(i) for i in range(4)))
-    out = A.to_spark_batch(columns, "b")
+    out = to_spark_batch(columns, "b")
     for name, source in [("body", "body"), ("topic", "topic"), ("queueOffset", "queue_offset"),
                          ("msgId", "msg_id"), ("bornHost", "born_host")]:
         data = out.column(name).buffers()[-1]
@@ -152,7 +154,7 @@ def test_other_columns_are_the_decoders_arrays():
 def test_sliced_input():
     body = b"".join(record(i, properties=f"A\x01{i}\x02B\x01x\x02A\x01last{i}") for i in range(6))
     columns = decode_columns(body)
-    out = A.to_spark_batch(columns.slice(2, 3), "b", include_properties=True)
+    out = to_spark_batch(columns.slice(2, 3), "b", include_properties=True)
     assert out.column("queueOffset").to_pylist() == [1002, 1003, 1004]
     assert out.column("properties").to_pylist() == [[("A", f"last{i}"), ("B", "x")]
                                                     for i in (2, 3, 4)]
@@ -163,7 +165,7 @@ def test_nulls_pass_through_and_null_properties_are_empty_maps():
     arrays = {name: columns.column(name) for name in SCHEMA.names}
     arrays["born_timestamp"] = pa.array([1, None, 3], pa.int64())
     arrays["properties"] = pa.array(["a\x01b", None, ""], pa.string())
-    out = A.to_spark_batch(pa.RecordBatch.from_pydict(arrays, schema=SCHEMA), "b", True)
+    out = to_spark_batch(pa.RecordBatch.from_pydict(arrays, schema=SCHEMA), "b", True)
     assert out.column("bornTimestamp").cast(pa.int64()).to_pylist() == [1000, None, 3000]
     assert out.column("properties").to_pylist() == [[("a", "b")], [], []]
     assert out.column("properties").null_count == 0
@@ -189,21 +191,21 @@ def test_nulls_pass_through_and_null_properties_are_empty_maps():
 def test_properties_rule(text, want):
     from rocketmq_spark.client.protocol.properties import decode_properties
     assert list(decode_properties(text).items()) == want  # the reference agrees
-    got = A.properties_map(pa.array(["x\x01y", text, "z\x01w\x02z\x01v"], pa.string()))
+    got = properties_map(pa.array(["x\x01y", text, "z\x01w\x02z\x01v"], pa.string()))
     got.validate(full=True)
     assert got.to_pylist() == [[("x", "y")], want, [("z", "v")]]
 
 
 def test_properties_all_empty_and_no_rows():
-    assert A.properties_map(pa.array(["", "", "\x02"], pa.string())).to_pylist() == [[], [], []]
-    empty = A.properties_map(pa.array([], pa.string()))
-    assert len(empty) == 0 and empty.type == A.arrow_schema(True).field("properties").type
+    assert properties_map(pa.array(["", "", "\x02"], pa.string())).to_pylist() == [[], [], []]
+    empty = properties_map(pa.array([], pa.string()))
+    assert len(empty) == 0 and empty.type == arrow_schema(True).field("properties").type
 
 
 def test_duplicates_resolved_in_some_rows_only():
     texts = [f"A\x01{i}\x02B\x01b\x02" + ("A\x01dup\x02" if i % 3 == 0 else "C\x01c")
              for i in range(30)]
-    got = A.properties_map(pa.array(texts, pa.string())).to_pylist()
+    got = properties_map(pa.array(texts, pa.string())).to_pylist()
     for i, row in enumerate(got):
         if i % 3 == 0:
             assert row == [("A", "dup"), ("B", "b")]
@@ -238,7 +240,7 @@ _MESSAGE = st.fixed_dictionaries({
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_MESSAGE, max_size=12), st.sampled_from(["broker-a", "b", "ブローカー"]))
 def test_every_column_matches_the_scalar_decoder(messages, broker):
-    check(b"".join(M.encode_stored_message(**m) for m in messages), broker)
+    check(b"".join(encode_stored_message(**m) for m in messages), broker)
 
 
 # --------------------------------------------------------------------------------------------
@@ -254,7 +256,7 @@ class ArrowTestDataSource(DataSource):
         return "rocketmq_arrow_test"
 
     def schema(self):
-        return A.spark_schema(self.options.get("properties") == "true")
+        return spark_schema(self.options.get("properties") == "true")
 
     def reader(self, schema):
         return ArrowTestReader(self.options)
@@ -303,14 +305,14 @@ def test_spark_reads_the_batches(spark, include_properties):
     df = (spark.read.format("rocketmq_arrow_test").option("body", body.hex())
           .option("broker", "broker-ü").option("properties", str(include_properties).lower())
           .load())
-    assert df.schema == A.spark_schema(include_properties)
+    assert df.schema == spark_schema(include_properties)
     want = expected_rows(body, "broker-ü", include_properties)
 
     # Exact microseconds, whatever the driver's local time zone does to collected datetimes.
     micros = df.selectExpr("queueOffset", "unix_micros(bornTimestamp) AS born",
                            "unix_micros(storeTimestamp) AS store").collect()
     assert [(r.born, r.store) for r in sorted(micros)] == [
-        (m.born_timestamp * 1000, m.store_timestamp * 1000) for m in M.decode_messages(body)]
+        (m.born_timestamp * 1000, m.store_timestamp * 1000) for m in decode_messages(body)]
 
     rows = sorted(df.drop("bornTimestamp", "storeTimestamp").collect(),
                   key=lambda r: r.queueOffset)
@@ -322,37 +324,3 @@ def test_spark_reads_the_batches(spark, include_properties):
             w["properties"] = dict(w["properties"])
         assert g == w
     assert len(got) == len(want)
-
-
-# --------------------------------------------------------------------------------------------
-# Benchmark (not run by default): pytest -m slow -s tests/test_source_arrow.py -k benchmark
-
-
-@pytest.mark.slow
-def test_benchmark_to_spark_batch():
-    import time
-    rows = 100_000
-
-    def body(dup_every: int) -> bytes:
-        out = []
-        for i in range(rows):
-            props = (f"UNIQ_KEY\x017F0000010001{i:020X}\x02WAIT\x01true\x02TAGS\x01TagA\x02"
-                     f"KEYS\x01key{i}\x02CLUSTER\x01DefaultCluster\x02MIN_OFFSET\x010\x02"
-                     f"MAX_OFFSET\x01{i}\x02")
-            if dup_every and i % dup_every == 0:
-                props += "TAGS\x01TagB\x02"
-            out.append(record(i, body=b"x" * 100, properties=props))
-        return b"".join(out)
-
-    for dup_every in (0, 10):
-        columns = decode_columns(body(dup_every))
-        for include in (False, True):
-            best = float("inf")
-            for _ in range(15):
-                start = time.perf_counter()
-                A.to_spark_batch(columns, "broker-a", include)
-                best = min(best, time.perf_counter() - start)
-            print(f"\nto_spark_batch include_properties={include} "
-                  f"dup_rows={'1/%d' % dup_every if dup_every else 0}: {best * 1e3:.2f} ms per "
-                  f"{rows} rows = {best / rows * 1e6:.4f} us/row = "
-                  f"{rows / best / 1e6:.1f} M rows/s")

@@ -13,7 +13,7 @@ import rocketmq_spark
 from rocketmq_spark.client import Message, Producer
 from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.source.offset_reader import OffsetReader
-from rocketmq_spark.source.options import OptionError, parse_options
+from rocketmq_spark.source.options import OptionError, parse_source_options
 from source_helpers import ids_of, produce
 
 
@@ -105,8 +105,8 @@ def test_topic_without_route_reads_zero_rows_and_warns_naming_it(spark, cluster,
     missing = unique_name("NoSuchTopic")
     assert read(spark, cluster.namesrv_addr, missing).collect() == []
     # The planning runs in a Spark worker; the same lookup here shows what it logs.
-    reader = OffsetReader(parse_options({"nameServer": cluster.namesrv_addr,
-                                         "subscribe": missing}, streaming=True),
+    reader = OffsetReader(parse_source_options({"nameServer": cluster.namesrv_addr,
+                                                "subscribe": missing}, streaming=True),
                           Admin(cluster.namesrv_addr))
     with caplog.at_level(logging.INFO, logger="rocketmq_spark.source.offset_reader"):
         for _ in range(3):
@@ -165,7 +165,7 @@ def test_register_works_as_well_as_discovery(spark, cluster, topic):
 ])
 def test_bad_options_name_the_option(options, named):
     with pytest.raises(OptionError) as err:
-        parse_options(options, streaming=True)
+        parse_source_options(options, streaming=True)
     assert named in str(err.value)
 
 
@@ -193,19 +193,20 @@ G = {"nameServer": "h:1", "subscribe": "T", "consumerGroup": "g", "membership": 
 def test_bad_membership_options_name_the_option(options, streaming, named):
     options = {k: v for k, v in options.items() if v is not None}
     with pytest.raises(OptionError) as err:
-        parse_options(options, streaming=streaming)
+        parse_source_options(options, streaming=streaming)
     assert named in str(err.value)
 
 
 def test_membership_options_are_read():
-    o = parse_options({**G, "allocateStrategy": "CONSISTENTHASH",
-                       "consistentHashVirtualNodes": "32", "lockQueues": "true",
-                       "memberName": "eu-1", "rebalanceIntervalMs": "5000"}, streaming=True)
+    o = parse_source_options({**G, "allocateStrategy": "CONSISTENTHASH",
+                              "consistentHashVirtualNodes": "32", "lockQueues": "true",
+                              "memberName": "eu-1", "rebalanceIntervalMs": "5000"},
+                             streaming=True)
     assert (o.membership, o.allocate_strategy, o.consistent_hash_virtual_nodes, o.lock_queues,
             o.member_name, o.rebalance_interval_ms) == (
         "group", "consistentHash", 32, True, "eu-1", 5000)
-    rooms = parse_options({**G, "allocateStrategy": "machineRoom",
-                           "allocateMachineRooms": "hz1, hz2"}, streaming=True)
+    rooms = parse_source_options({**G, "allocateStrategy": "machineRoom",
+                                  "allocateMachineRooms": "hz1, hz2"}, streaming=True)
     assert rooms.machine_rooms == ("hz1", "hz2")
 
 
@@ -224,11 +225,12 @@ def test_bad_options_fail_the_query_before_it_runs(spark):
 
 
 def test_secrets_stay_out_of_reprs_and_errors():
-    options = parse_options({"nameServer": "h:1", "subscribe": "T", "accessKey": "AK1",
-                             "secretKey": "s3cr3t-value"}, streaming=True)
+    options = parse_source_options({"nameServer": "h:1", "subscribe": "T", "accessKey": "AK1",
+                                    "secretKey": "s3cr3t-value"}, streaming=True)
     assert "s3cr3t-value" not in repr(options) and "AK1" not in repr(options)
     assert "credentials=<set>" in repr(options)
     with pytest.raises(OptionError) as err:
-        parse_options({"nameServer": "h:1", "subscribe": "T", "accessKey": "AK1",
-                       "secretKey": "s3cr3t-value", "startingOffsets": "nope"}, streaming=True)
+        parse_source_options({"nameServer": "h:1", "subscribe": "T", "accessKey": "AK1",
+                              "secretKey": "s3cr3t-value", "startingOffsets": "nope"},
+                             streaming=True)
     assert "s3cr3t-value" not in str(err.value)

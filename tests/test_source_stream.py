@@ -358,7 +358,7 @@ def test_a_group_it_shares_with_other_consumers_is_warned_about(cluster, topic, 
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     from rocketmq_spark.client import ClientConfig, Subscription
-    from rocketmq_spark.source.options import parse_options
+    from rocketmq_spark.source.options import parse_source_options
     from rocketmq_spark.source.stream_reader import RocketMQStreamReader
 
     group = f"shared-{topic}"
@@ -366,7 +366,7 @@ def test_a_group_it_shares_with_other_consumers_is_warned_about(cluster, topic, 
             as other:
         for b in cluster.brokers:  # another member of the group, still connected
             other.brokers.heart_beat(b.addr, group, [Subscription(topic)])
-        reader = RocketMQStreamReader(parse_options({
+        reader = RocketMQStreamReader(parse_source_options({
             "nameServer": cluster.namesrv_addr, "subscribe": topic, "consumerGroup": group,
             "startingOffsets": "earliest"}, streaming=True))
         try:

@@ -34,7 +34,9 @@ import logging
 import os
 import subprocess
 import sys
-from typing import Dict, Iterable, List, Mapping
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence
+
+import psutil
 
 from ..client.errors import RocketMQError
 from ..client.remoting import RemotingClient
@@ -43,13 +45,13 @@ from .check_back import (
     BATCH_PROPERTY, END_GRACE_SECONDS, QUERY_PROPERTY, TOKEN_PROPERTY, decide,
 )
 from .commit_record import BatchRecord, CommitLog, record_root
-from .kill_hooks import driver_jvm_pid, kill_point
 from .op_topic import OpTopic
 
 __all__ = [  # the protocol in one place; its parts live in the modules imported above
     "BATCH_PROPERTY", "END_GRACE_SECONDS", "QUERY_PROPERTY", "TOKEN_PROPERTY", "BatchRecord",
-    "CommitLog", "OpTopic", "check_limits_warning", "commit_batch", "decide",
-    "ensure_responder", "record_root", "rollback", "settle", "settle_batch",
+    "CommitLog", "CommitObserver", "OpTopic", "check_limits_warning", "commit_batch", "decide",
+    "driver_jvm_pid", "ensure_responder", "new_handles", "record_root", "rollback", "settle",
+    "settle_batch",
 ]
 log = logging.getLogger(__name__)
 
@@ -69,31 +71,61 @@ def check_limits_warning(interval_s: int = BROKER_CHECK_INTERVAL,
             "queries promptly, or raise transactionCheckMax on the brokers")
 
 
+EndTransactionSender = Callable[[Sequence[HalfHandle]], int]
+
+
+class CommitObserver:
+    """The points of an exactly-once commit, on the driver, where a test may act (the kill
+    tests SIGKILL the driver there). This one does nothing; a test hands its subclass to
+    :func:`.writer.stream_writer`, and it travels pickled with the stream writer."""
+
+    def recorded(self, commit_log: CommitLog, batch_id: int) -> None:
+        """The batch is durably recorded as committed; no END_TRANSACTION is sent yet."""
+
+    def send_end_transactions(self, send: EndTransactionSender, handles: Sequence[HalfHandle],
+                              commit_log: CommitLog, batch_id: int) -> int:
+        """Send the batch's END_TRANSACTION COMMITs: ``send(handles)``, in one call. Returns
+        how many were sent."""
+        return send(handles)
+
+    def committed(self, commit_log: CommitLog, batch_id: int) -> None:
+        """The sink's commit of the batch is done (END_TRANSACTIONs sent and marked, or a
+        replay rolled back); Spark has not written its commit log yet."""
+
+
+def new_handles(record: BatchRecord, previous: BatchRecord) -> List[HalfHandle]:
+    """The handles of ``record`` that ``previous`` (the same batch, recorded by an earlier
+    run) does not hold: the half messages of a replay, in order."""
+    recorded = set(previous.handles)
+    return [h for h in record.handles if h not in recorded]
+
+
 def commit_batch(commit_log: CommitLog, remoting: RemotingClient, ops: OpTopic,
-                 record: BatchRecord) -> int:
+                 record: BatchRecord, observer: Optional[CommitObserver] = None) -> int:
     """Record, COMMIT, mark (or, for a batch already recorded, roll the new halves back).
     Returns how many END_TRANSACTION COMMITs were sent."""
+    observer = observer or CommitObserver()
     previous = commit_log.committed(record.batch_id)
     if previous is not None:
-        fresh = [h for h in record.handles if h not in set(previous.handles)]
+        fresh = new_handles(record, previous)
         rollback(remoting, record.group, fresh)
         log.warning("rocketmq sink micro-batch %d was already committed by an earlier run; "
                     "rolled back the %d half messages of its replay", record.batch_id,
                     len(fresh))
         settle_batch(commit_log, remoting, ops, record.batch_id)
-        kill_point(commit_log, "after_commit", record.batch_id)
+        observer.committed(commit_log, record.batch_id)
         return 0
     for address in sorted({h.address for h in record.handles}):
         record.op_start[address] = ops.max_offset(address)
     commit_log.record_commit(record)
-    kill_point(commit_log, "after_record", record.batch_id)
-    handles = record.handles
-    half = len(handles) // 2
-    sent = end_transactions(remoting, record.group, handles[:half], Outcome.COMMIT)
-    kill_point(commit_log, "mid_end", record.batch_id)
-    sent += end_transactions(remoting, record.group, handles[half:], Outcome.COMMIT)
+    observer.recorded(commit_log, record.batch_id)
+
+    def send(handles: Sequence[HalfHandle]) -> int:
+        return end_transactions(remoting, record.group, handles, Outcome.COMMIT)
+
+    sent = observer.send_end_transactions(send, record.handles, commit_log, record.batch_id)
     commit_log.mark_ended(record.batch_id)
-    kill_point(commit_log, "after_commit", record.batch_id)
+    observer.committed(commit_log, record.batch_id)
     return sent
 
 
@@ -142,14 +174,27 @@ def settle(commit_log: CommitLog, remoting: RemotingClient, ops: OpTopic) -> int
 # ------------------------------------------------------------------------------ responder
 
 
+def driver_jvm_pid() -> Optional[int]:
+    """The nearest ancestor process that is a JVM (the Spark driver)."""
+    try:
+        for parent in psutil.Process().parents():
+            cmdline = parent.cmdline()
+            if cmdline and os.path.basename(cmdline[0]) == "java":
+                return parent.pid
+    except psutil.Error:
+        return None
+    return None
+
+
 def ensure_responder(commit_log: CommitLog, raw_options: Mapping[str, str], group: str,
-                     query_id: str) -> None:
+                     query_id: str, idle_limit_s: Optional[float] = None) -> None:
     """Start the query's check-back responder unless one runs for this checkpoint.
 
     It is a process of its own (``python -m rocketmq_spark.sink.responder``), detached from
-    Spark's worker, that lives while the driver JVM does (and not longer than an idle limit
-    after the last commit), so the brokers always have someone of the group to ask. Options
-    reach it on stdin, never on its command line (they may hold a secret key)."""
+    Spark's worker, that lives while the driver JVM does (and not longer than ``idle_limit_s``,
+    by default :data:`.responder.IDLE_LIMIT_S`, after the last commit), so the brokers always
+    have someone of the group to ask. Options reach it on stdin, never on its command line
+    (they may hold a secret key)."""
     os.makedirs(commit_log.root, exist_ok=True)
     lock_path = os.path.join(commit_log.root, "responder.lock")
     with open(lock_path, "a") as f:
@@ -160,9 +205,11 @@ def ensure_responder(commit_log: CommitLog, raw_options: Mapping[str, str], grou
         fcntl.flock(f, fcntl.LOCK_UN)
     config = {"root": commit_log.root, "options": dict(raw_options), "group": group,
               "queryId": query_id, "jvmPid": driver_jvm_pid() or os.getppid()}
-    proc = subprocess.Popen([sys.executable, "-m", "rocketmq_spark.sink.responder"],
-                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                            stderr=open(os.path.join(commit_log.root, "responder.log"), "ab"),
-                            start_new_session=True, close_fds=True)
+    if idle_limit_s is not None:
+        config["idleLimitS"] = idle_limit_s
+    with open(os.path.join(commit_log.root, "responder.log"), "ab") as log_file:
+        proc = subprocess.Popen([sys.executable, "-m", "rocketmq_spark.sink.responder"],
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=log_file, start_new_session=True, close_fds=True)
     proc.stdin.write(json.dumps(config).encode())
     proc.stdin.close()

@@ -11,7 +11,7 @@ import logging
 from typing import Dict, Set
 
 from ..client.errors import RocketMQError
-from ..client.protocol import message as M
+from ..client.protocol.message import decode_messages
 from ..client.pull import PullRequest, PullStatus
 from ..client.remoting import RemotingClient
 from ..client.transaction import OP_TOPIC
@@ -56,7 +56,7 @@ class OpTopic:
                 log.warning("reading %s on %s failed: %s", OP_TOPIC, address, exc)
                 break
             if result.status is PullStatus.FOUND:
-                for m in M.decode_messages(result.body, verify_crc=False):
+                for m in decode_messages(result.body, verify_crc=False):
                     try:
                         seen.add(int(m.body.decode().strip()))
                     except ValueError:

@@ -7,44 +7,18 @@ Names follow the source where the concept is the same (``nameServer``, ``accessK
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..client.acl import Credentials
-from ..client.config import parse_name_servers
 from ..client.send_pipeline import SEND_OK, SEND_STATUSES
 from ..client.producer import MAX_MESSAGE_SIZE
 from ..client.settings import ConnectionSettings
 from ..options import (
-    OptionError, lower_keys, parse_credentials, parse_int, parse_tls,
-    reject_unknown,
+    CONNECTION, Option, OptionError, OptionTable, choice, group_name, integer, parse_credentials,
+    require_name_server, topic_name,
 )
 
-KNOWN = {
-    "nameserver": "nameServer",
-    "endpoints": "endpoints",
-    "topic": "topic",
-    "producergroup": "producerGroup",
-    "accesskey": "accessKey",
-    "secretkey": "secretKey",
-    "tls": "tls",
-    "tlscafile": "tlsCaFile",
-    "tlsverify": "tlsVerify",
-    "sendtimeoutms": "sendTimeoutMs",
-    "retries": "retries",
-    "compressbodyoverbytes": "compressBodyOverBytes",
-    "maxbatchbytes": "maxBatchBytes",
-    "maxinflightperbroker": "maxInFlightPerBroker",
-    "acceptstatuses": "acceptStatuses",
-    "maxmessagebytes": "maxMessageBytes",
-    "deliveryguarantee": "deliveryGuarantee",
-}
-# Spark adds these to a streaming sink's options; they are not ours to check.
-SPARK_ADDED = {"checkpointlocation": "checkpointLocation", "queryname": "queryName"}
-
-TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
-GROUP = re.compile(r"^[%|a-zA-Z0-9_-]{1,255}$")
 DEFAULT_BATCH_BYTES = 1024 * 1024
 # The largest request a 4.x broker decodes is 16 MiB; a batch of 4 MiB is Java's limit too.
 MAX_BATCH_BYTES = 4 * 1024 * 1024
@@ -97,87 +71,75 @@ class SinkOptions:
         return f"SinkOptions({shown}, credentials={'<set>' if self.credentials else None})"
 
 
-def check_topic(name: str, topic: str) -> str:
-    if not TOPIC.match(topic):
-        raise OptionError(f"option {name}: {topic!r} is not a valid topic name (letters, "
-                          "digits, %, |, _ and -, at most 127)")
-    return topic
+def _endpoints(name: str, value: str) -> str:
+    endpoints = value.strip()
+    for item in endpoints.replace(",", ";").split(";"):
+        host, sep, port = item.strip().rpartition(":")
+        if item.strip() and (not sep or not host or not port.isdigit()):
+            raise OptionError(f"option {name}: {item.strip()!r} is not host:port")
+    return endpoints
+
+
+def _send_statuses(name: str, value: str) -> Tuple[str, ...]:
+    statuses = [s.strip().upper() for s in value.split(",") if s.strip()]
+    for status in statuses:
+        if status not in SEND_STATUSES:
+            raise OptionError(f"option {name}: {status!r} is not a send status; use some of "
+                              f"{', '.join(SEND_STATUSES)}")
+    return tuple(dict.fromkeys([SEND_OK] + statuses))
+
+
+SINK_OPTIONS = OptionTable("the rocketmq sink", CONNECTION + (
+    Option("endpoints", "endpoints", _endpoints, None,
+           "a 5.x proxy's gRPC endpoint instead of nameServer"),
+    Option("topic", "topic", topic_name, None, "the topic of rows without a topic value"),
+    Option("producerGroup", "producer_group", group_name, None,
+           "the producer group sent with each request",
+           shown_default="spark-rocketmq-sink-<query name or id> for streams, "
+                         "spark-rocketmq-sink-<job token> for df.write"),
+    Option("sendTimeoutMs", "send_timeout_ms", integer(1, 3_600_000), 5000,
+           "how long a request may take, its retries included"),
+    Option("retries", "retries", integer(0, 100), 2,
+           "more attempts after a transient failure"),
+    Option("compressBodyOverBytes", "compress_over", integer(-1), 4096,
+           "bodies this large or larger are zlib-compressed; -1: never"),
+    Option("maxBatchBytes", "max_batch_bytes", integer(1, MAX_BATCH_BYTES), DEFAULT_BATCH_BYTES,
+           "the most bytes of messages in one SEND_BATCH_MESSAGE request"),
+    Option("maxInFlightPerBroker", "max_in_flight_per_broker", integer(1, 1024), 4,
+           "requests waiting for an answer, per broker, per task"),
+    Option("acceptStatuses", "accept_statuses", _send_statuses, (SEND_OK,),
+           "send statuses also counted as acknowledged"),
+    Option("maxMessageBytes", "max_message_bytes", integer(1, MAX_BATCH_BYTES * 4),
+           MAX_MESSAGE_SIZE, "the broker's maxMessageSize"),
+    Option("deliveryGuarantee", "delivery_guarantee", choice(AT_LEAST_ONCE, EXACTLY_ONCE),
+           AT_LEAST_ONCE, "exactlyOnce: RocketMQ's transactional messages"),
+), passed_through=("checkpointLocation", "queryName"))  # Spark adds these to a stream's
 
 
 def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
     """Check every option; raise :class:`OptionError` naming the first one at fault."""
-    reject_unknown(raw, {**KNOWN, **SPARK_ADDED}, "the rocketmq sink",
-                   "(The sink has no path: name the topic with the option topic or a topic "
-                   "column.) " if any(str(k).lower() == "path" for k in raw) else "")
-    opts = lower_keys(raw)
-    kw = {}
-    has_ns = bool(opts.get("nameserver", "").strip())
-    has_ep = bool(opts.get("endpoints", "").strip())
+    given = SINK_OPTIONS.given(
+        raw, "(The sink has no path: name the topic with the option topic or a topic column.) "
+        if any(str(k).lower() == "path" for k in raw) else "")
+    has_ns = bool(given.get("nameserver", "").strip())
+    has_ep = bool(given.get("endpoints", "").strip())
     if has_ns and has_ep:
         raise OptionError("set one of the options nameServer (RocketMQ's remoting protocol) "
                           "and endpoints (a 5.x proxy over gRPC), not both")
-    if not has_ns and not has_ep:
-        raise OptionError("option nameServer is required, e.g. \"host:9876;host2:9876\" (or "
-                          "endpoints, for a 5.x proxy over gRPC)")
-    if has_ns:
-        try:
-            kw["name_servers"] = tuple(parse_name_servers(opts["nameserver"]))
-        except ValueError as exc:
-            raise OptionError(f"option nameServer: {exc}") from None
-    else:
-        endpoints = opts["endpoints"].strip()
-        for item in endpoints.replace(",", ";").split(";"):
-            host, sep, port = item.strip().rpartition(":")
-            if item.strip() and (not sep or not host or not port.isdigit()):
-                raise OptionError(f"option endpoints: {item.strip()!r} is not host:port")
-        kw["endpoints"] = endpoints
-    if "topic" in opts:
-        kw["topic"] = check_topic("topic", opts["topic"].strip())
-    if "producergroup" in opts:
-        group = opts["producergroup"].strip()
-        if not GROUP.match(group):
-            raise OptionError(f"option producerGroup {group!r} is not a valid group name "
-                              "(letters, digits, %, |, _ and -, at most 255)")
-        kw["producer_group"] = group
-    kw["credentials"] = parse_credentials(opts)
-    kw["tls"], kw["tls_ca_file"], kw["tls_verify"] = parse_tls(opts, default=has_ep)
-    if "sendtimeoutms" in opts:
-        kw["send_timeout_ms"] = parse_int("sendTimeoutMs", opts["sendtimeoutms"], 1,
-                                          3_600_000)
-    if "retries" in opts:
-        kw["retries"] = parse_int("retries", opts["retries"], 0, 100)
-    if "compressbodyoverbytes" in opts:
-        kw["compress_over"] = parse_int("compressBodyOverBytes", opts["compressbodyoverbytes"],
-                                        -1)
-    if "maxbatchbytes" in opts:
-        kw["max_batch_bytes"] = parse_int("maxBatchBytes", opts["maxbatchbytes"], 1,
-                                          MAX_BATCH_BYTES)
-    if "maxinflightperbroker" in opts:
-        kw["max_in_flight_per_broker"] = parse_int("maxInFlightPerBroker",
-                                                   opts["maxinflightperbroker"], 1, 1024)
-    if "maxmessagebytes" in opts:
-        kw["max_message_bytes"] = parse_int("maxMessageBytes", opts["maxmessagebytes"], 1,
-                                            MAX_BATCH_BYTES * 4)
-    if "acceptstatuses" in opts:
-        statuses = [s.strip().upper() for s in opts["acceptstatuses"].split(",") if s.strip()]
-        for status in statuses:
-            if status not in SEND_STATUSES:
-                raise OptionError(f"option acceptStatuses: {status!r} is not a send status; "
-                                  f"use some of {', '.join(SEND_STATUSES)}")
-        kw["accept_statuses"] = tuple(dict.fromkeys([SEND_OK] + statuses))
-    if "deliveryguarantee" in opts:
-        value = opts["deliveryguarantee"].strip()
-        match = {g.lower(): g for g in (AT_LEAST_ONCE, EXACTLY_ONCE)}.get(value.lower())
-        if match is None:
-            raise OptionError(f"option deliveryGuarantee: {value!r} is not one of "
-                              f"{AT_LEAST_ONCE}, {EXACTLY_ONCE}")
-        if match == EXACTLY_ONCE and has_ep:
-            raise OptionError("option deliveryGuarantee=exactlyOnce works over RocketMQ's "
-                              "remoting protocol (nameServer) only: this sink does not speak "
-                              "a 5.x proxy's transactional gRPC calls (EndTransaction and the "
-                              "telemetry stream's recovery commands) yet. Use nameServer, or "
-                              "atLeastOnce with endpoints")
-        kw["delivery_guarantee"] = match
-    if opts.get("checkpointlocation", "").strip():
-        kw["checkpoint_location"] = opts["checkpointlocation"].strip()
+    if not has_ep:
+        require_name_server(given, " (or endpoints, for a 5.x proxy over gRPC)")
+    given = {k: v for k, v in given.items()
+             if k not in ("nameserver", "endpoints") or v.strip()}
+    values = SINK_OPTIONS.parse(given)
+    kw: Dict[str, Any] = SINK_OPTIONS.fields(values)
+    kw["credentials"] = parse_credentials(given)
+    kw["tls"] = values.get("tls", has_ep)  # a proxy speaks TLS unless told otherwise
+    if values.get("deliveryGuarantee") == EXACTLY_ONCE and has_ep:
+        raise OptionError("option deliveryGuarantee=exactlyOnce works over RocketMQ's "
+                          "remoting protocol (nameServer) only: this sink does not speak a 5.x "
+                          "proxy's transactional gRPC calls (EndTransaction and the telemetry "
+                          "stream's recovery commands) yet. Use nameServer, or atLeastOnce "
+                          "with endpoints")
+    if given.get("checkpointlocation", "").strip():
+        kw["checkpoint_location"] = given["checkpointlocation"].strip()
     return SinkOptions(**kw)

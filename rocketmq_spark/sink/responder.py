@@ -5,8 +5,9 @@ worker Spark may stop between micro-batches), so the sink starts this small proc
 first commit (:func:`.exactly_once.ensure_responder`). It registers the query's producer group
 on every broker (HEART_BEAT), answers CHECK_TRANSACTION_STATE from the commit record
 (:func:`.check_back.decide`) and exits when the driver JVM is gone or the query has not
-committed for longer than the brokers keep asking. One per checkpoint (a file lock).
-Its configuration arrives as JSON on stdin.
+committed for longer than the brokers keep asking (``idleLimitS`` of its configuration,
+:data:`IDLE_LIMIT_S` when not given). One per checkpoint (a file lock). Its configuration
+arrives as JSON on stdin.
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import os
 import sys
 import time
 
+import psutil
+
 from ..client.nameserver import NameServerClient
 from ..client.remoting import RemotingClient
 from ..client.transaction import CheckResponder
@@ -26,21 +29,18 @@ from .op_topic import OpTopic
 from .options import parse_sink_options
 
 log = logging.getLogger("rocketmq_spark.sink.responder")
-IDLE_LIMIT_S = float(os.environ.get("ROCKETMQ_SPARK_SINK_RESPONDER_IDLE_S", 20 * 60))
+IDLE_LIMIT_S = 20 * 60.0
 LOCK_WAIT_S = 30.0
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not: the driver JVM died, its parent has not
+    reaped it yet)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
+    except psutil.Error:
         return True
 
 
@@ -53,17 +53,31 @@ def main() -> int:
     config = json.loads(sys.stdin.read())
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s responder %(process)d: %(message)s")
-    root, jvm = config["root"], int(config["jvmPid"])
-    lock = open(os.path.join(root, "responder.lock"), "a")
+    with open(os.path.join(config["root"], "responder.lock"), "a") as lock:
+        if not _take_lock(lock, int(config["jvmPid"])):
+            return 0
+        _answer_while_needed(config)
+    return 0
+
+
+def _take_lock(lock, jvm: int) -> bool:
+    """The checkpoint's responder lock; False when another responder keeps it (an earlier
+    run's may still be noticing its JVM is gone: wait for it a little)."""
     deadline = time.monotonic() + LOCK_WAIT_S
-    while True:  # an earlier run's responder may still be noticing its JVM is gone
+    while True:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
+            return True
         except BlockingIOError:
             if time.monotonic() > deadline or not _alive(jvm):
-                return 0
+                return False
             time.sleep(0.2)
+
+
+def _answer_while_needed(config: dict) -> None:
+    """Answer check-backs until the driver JVM is gone or the query stays idle too long."""
+    root, jvm = config["root"], int(config["jvmPid"])
+    idle_limit = float(config.get("idleLimitS", IDLE_LIMIT_S))
     options = parse_sink_options(config["options"])
     settings = options.connection()
     commit_log = CommitLog(root)
@@ -84,8 +98,8 @@ def main() -> int:
             if time.monotonic() - last_report > 60 and dict(responder.answered) != reported:
                 last_report, reported = time.monotonic(), dict(responder.answered)
                 log.info("check-backs answered so far: %s", reported)
-            if time.time() - commit_log.last_active() > IDLE_LIMIT_S:
-                log.info("no commit for %.0f s: nothing left for the brokers to ask", IDLE_LIMIT_S)
+            if time.time() - commit_log.last_active() > idle_limit:
+                log.info("no commit for %.0f s: nothing left for the brokers to ask", idle_limit)
                 break
             if time.monotonic() - last_brokers > 30:
                 last_brokers = time.monotonic()
@@ -98,7 +112,6 @@ def main() -> int:
         log.info("stopping; answered %s", responder.answered)
         responder.close()
         lookups.close()
-    return 0
 
 
 if __name__ == "__main__":

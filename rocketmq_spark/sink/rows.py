@@ -16,8 +16,9 @@ import pyarrow.compute as pc
 from ..client.producer import MAX_DELAY_LEVEL
 from ..client.protocol.properties import SYSTEM_PROPERTIES, TRANSIENT_PREFIX
 from ..client.protocol.send_encode import first_index, map_properties
+from ..options import TOPIC_NAME
 from .ids import TaskIdentity, message_ids
-from .options import TOPIC, SinkOptions
+from .options import SinkOptions
 from .schema import ColumnPlan
 
 _SEPARATORS = "[\x01\x02]"
@@ -91,7 +92,7 @@ def normalize(batch: pa.RecordBatch, plan: ColumnPlan, options: SinkOptions,
             raise _fail(rows, first_index(topic.is_null()), "the topic column is null and no "
                         "topic option is set")
         for value in pc.unique(topic).to_pylist():
-            if not TOPIC.match(value):
+            if not TOPIC_NAME.match(value):
                 index = first_index(pc.equal(topic, value))
                 raise _fail(rows, index, f"{value!r} is not a valid topic name (letters, "
                                          "digits, %, |, _ and -, at most 127)")

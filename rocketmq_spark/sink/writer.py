@@ -25,10 +25,11 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ..options import OptionError
-from .ids import TaskIdentity, new_job_token
 from ..client.transaction import HalfHandle, Outcome, end_transactions, half_properties
-from . import exactly_once as eo
+from ..options import NAME_CHARS, OptionError
+from . import exactly_once
+from .exactly_once import CommitObserver
+from .ids import TaskIdentity, new_job_token
 from .options import SinkOptions, parse_sink_options
 from .schema import ColumnPlan, plan_columns
 from .task import TaskSummary, write_task
@@ -55,15 +56,15 @@ def _task_context():
 
 
 def _group_name(text: str) -> str:
-    return (GROUP_PREFIX + re.sub(r"[^%|a-zA-Z0-9_-]", "_", text))[:255]
+    return (GROUP_PREFIX + re.sub(rf"[^{NAME_CHARS}]", "_", text))[:255]
 
 
 def _half_properties(group: str, scope: str, batch_id: int) -> dict:
     """A task attempt's half-message properties: a fresh write token per attempt, so the
     record can tell the attempt Spark kept from failed ones (row ids repeat across them)."""
     props = half_properties(group)
-    props.update({eo.QUERY_PROPERTY: scope, eo.BATCH_PROPERTY: str(batch_id),
-                  eo.TOKEN_PROPERTY: secrets.token_hex(8)})
+    props.update({exactly_once.QUERY_PROPERTY: scope, exactly_once.BATCH_PROPERTY: str(batch_id),
+                  exactly_once.TOKEN_PROPERTY: secrets.token_hex(8)})
     return props
 
 
@@ -79,7 +80,7 @@ def _warn_limits() -> None:
     global _warned
     if not _warned:
         _warned = True
-        log.warning(eo.check_limits_warning())
+        log.warning(exactly_once.check_limits_warning())
 
 
 def _query_id(checkpoint_root: str) -> Optional[str]:
@@ -131,7 +132,7 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
 
     def abort(self, messages: List[Optional[WriterCommitMessage]]) -> None:
         if self.options.exactly_once:
-            eo.rollback(shared_producer(self.options).remoting, self._group(),
+            exactly_once.rollback(shared_producer(self.options).remoting, self._group(),
                         _handles(messages))
             log.warning("rocketmq sink job %s aborted after %s; its half messages are rolled "
                         "back (exactlyOnce)", self.job_token, _totals(messages))
@@ -147,11 +148,13 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
     same ids."""
 
     def __init__(self, options: SinkOptions, plan: ColumnPlan, query_name: Optional[str],
-                 raw_options: Optional[Mapping[str, str]] = None):
+                 raw_options: Optional[Mapping[str, str]] = None,
+                 observer: Optional[CommitObserver] = None):
         self.options = options
         self.plan = plan
         self.query_name = query_name
         self.raw_options = dict(raw_options or {})
+        self.observer = observer
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         context = _task_context()
@@ -170,8 +173,8 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
     def _group(self, query_id: str) -> str:
         return self.options.producer_group or _group_name(self.query_name or query_id)
 
-    def _commit_log(self) -> eo.CommitLog:
-        return eo.CommitLog(eo.record_root(self.options.checkpoint_location))
+    def _commit_log(self) -> exactly_once.CommitLog:
+        return exactly_once.CommitLog(exactly_once.record_root(self.options.checkpoint_location))
 
     def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
         if self.options.exactly_once:
@@ -187,13 +190,14 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
                                f"{os.path.dirname(commit_log.root)}/metadata")
         group = self._group(query_id)
         commit_log.touch()
-        eo.ensure_responder(commit_log, self.raw_options, group, query_id)
+        exactly_once.ensure_responder(commit_log, self.raw_options, group, query_id)
         _warn_limits()
         remoting = shared_producer(self.options).remoting
         tokens = [m.summary.token for m in messages
                   if isinstance(m, SinkCommit) and m.summary.token]
-        record = eo.BatchRecord(batch_id, query_id, group, tokens, _handles(messages))
-        sent = eo.commit_batch(commit_log, remoting, eo.OpTopic(remoting), record)
+        record = exactly_once.BatchRecord(batch_id, query_id, group, tokens, _handles(messages))
+        sent = exactly_once.commit_batch(commit_log, remoting, exactly_once.OpTopic(remoting),
+                                         record, self.observer)
         log.info("rocketmq sink micro-batch %d: %d END_TRANSACTION COMMITs sent", batch_id,
                  sent)
 
@@ -205,7 +209,7 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
                       if isinstance(m, SinkCommit) and m.summary.token]
             commit_log.record_abort(batchId, tokens)
             commit_log.touch()
-            eo.rollback(shared_producer(self.options).remoting, self._group(query_id),
+            exactly_once.rollback(shared_producer(self.options).remoting, self._group(query_id),
                         _handles(messages))
             log.warning("rocketmq sink micro-batch %d aborted after %s; its half messages "
                         "are rolled back (exactlyOnce) and Spark runs it again", batchId,
@@ -235,18 +239,19 @@ def _check_exactly_once_columns(options: SinkOptions, plan: ColumnPlan) -> None:
                           "carry no delay level); drop the column or use atLeastOnce")
 
 
-def stream_writer(raw: Mapping[str, str], schema: StructType, overwrite: bool
-                  ) -> RocketMQStreamWriter:
+def stream_writer(raw: Mapping[str, str], schema: StructType, overwrite: bool,
+                  observer: Optional[CommitObserver] = None) -> RocketMQStreamWriter:
     """Check options and columns on the driver. Every output mode appends (complete mode
-    sends the whole result again each micro-batch, as the Kafka sink does)."""
+    sends the whole result again each micro-batch, as the Kafka sink does). ``observer``:
+    a test's hooks into the exactly-once commit (see :class:`.exactly_once.CommitObserver`)."""
     options = parse_sink_options(raw)
     query_name = next((str(v) for k, v in raw.items() if str(k).lower() == "queryname"), None)
     plan = plan_columns(schema, options.topic)
     _check_exactly_once_columns(options, plan)
     if options.exactly_once:
         # Before this run writes anything: settle what an earlier run left pending.
-        commit_log = eo.CommitLog(eo.record_root(options.checkpoint_location))
+        commit_log = exactly_once.CommitLog(exactly_once.record_root(options.checkpoint_location))
         if commit_log.pending():
             remoting = shared_producer(options).remoting
-            eo.settle(commit_log, remoting, eo.OpTopic(remoting))
-    return RocketMQStreamWriter(options, plan, query_name, raw)
+            exactly_once.settle(commit_log, remoting, exactly_once.OpTopic(remoting))
+    return RocketMQStreamWriter(options, plan, query_name, raw, observer)

@@ -27,11 +27,9 @@ from typing import Deque, Dict, List, Mapping, Optional
 from pyspark.sql.streaming import StreamingQueryListener
 
 from ..client.admin import Admin
-from ..client.config import parse_name_servers
 from ..client.errors import RocketMQError
 from ..client.protocol.route import MessageQueue
-from ..client.settings import ConnectionSettings
-from ..options import OptionError, lower_keys, parse_credentials, parse_tls
+from ..options import connection_settings
 
 log = logging.getLogger(__name__)
 
@@ -107,22 +105,6 @@ def _is_queue(key: str) -> bool:
     return True
 
 
-_CONNECTION_OPTIONS = {"nameserver", "accesskey", "secretkey", "tls", "tlscafile", "tlsverify"}
-
-
-def _settings(options: Mapping[str, str]) -> ConnectionSettings:
-    opts = {k: v for k, v in lower_keys(options).items() if k in _CONNECTION_OPTIONS}
-    if not opts.get("nameserver", "").strip():
-        raise OptionError("RocketMQLagListener needs the option nameServer (pass the options "
-                          "the query's reader was given)")
-    try:
-        name_servers = tuple(parse_name_servers(opts["nameserver"]))
-    except ValueError as exc:
-        raise OptionError(f"option nameServer: {exc}") from None
-    tls, ca_file, verify = parse_tls(opts)
-    return ConnectionSettings(name_servers, parse_credentials(opts), tls, ca_file, verify)
-
-
 class RocketMQLagListener(StreamingQueryListener):
     """Computes :class:`LagReport`\\ s for the rocketmq sources of every query in the session.
 
@@ -135,7 +117,8 @@ class RocketMQLagListener(StreamingQueryListener):
 
     def __init__(self, options: Mapping[str, str], *, time_lag: bool = True,
                  history: int = 10_000, on_report=None):
-        self._settings = _settings(options)
+        self._settings = connection_settings(
+            options, " (RocketMQLagListener: pass the options the query's reader was given)")
         self._time_lag = time_lag
         self._history = history
         self._on_report = on_report

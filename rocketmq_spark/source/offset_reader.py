@@ -74,9 +74,10 @@ class OffsetReader:
     def discover(self, force: bool = False) -> Discovery:
         """Readable queues of the subscribed topics, refreshed at most once a second."""
         now = time.monotonic()
+        refresh_after = max(ROUTE_REFRESH_SECONDS,
+                            self.options.offsets_refresh_interval_ms / 1e3)
         if (self._discovery is not None and not force
-                and now - self._discovered_at < max(ROUTE_REFRESH_SECONDS,
-                                                    self.options.offsets_refresh_interval_ms / 1e3)):
+                and now - self._discovered_at < refresh_after):
             return self._discovery
         queues: List[MessageQueue] = []
         addresses: Dict[str, str] = {}

@@ -4,24 +4,25 @@ Names follow Spark's Kafka source where the concept is the same (``subscribe``,
 ``subscribePattern``, ``assign``, ``startingOffsets``, ``endingOffsets``,
 ``startingTimestamp``, ``startingOffsetsByTimestamp``, ``endingTimestamp``,
 ``failOnDataLoss``, ``minPartitions``); ``maxMessagesPerTrigger`` is Kafka's
-``maxOffsetsPerTrigger`` in RocketMQ's words. Every error names the option at fault.
+``maxOffsetsPerTrigger`` in RocketMQ's words. :data:`SOURCE_OPTIONS` declares them (see
+:mod:`rocketmq_spark.options`); :func:`parse_source_options` parses each, then applies the
+rules between them. Every error names the option at fault.
 """
 from __future__ import annotations
 
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ..client.acl import Credentials
-from ..client.config import parse_name_servers
 from ..client.protocol.properties import split_tags_expression
 from ..client.protocol.route import MessageQueue
-# One error class and the same checks for the source and the sink.
 from ..options import (
-    OptionError, lower_keys, parse_bool as _bool, parse_credentials, parse_int as _int, parse_tls,
-    reject_unknown,
+    CONNECTION, Option, OptionError, OptionTable, boolean, check_topic, choice, comma_list,
+    group_name, integer, parse_credentials, parse_int, require_name_server,
 )
+from .allocation import MACHINE_ROOM, STRATEGIES
 
 EARLIEST = -2
 LATEST = -1
@@ -40,43 +41,7 @@ class Bound:
     timestamp: Optional[int] = None
 
 
-KNOWN = {
-    "nameserver": "nameServer",
-    "subscribe": "subscribe",
-    "subscribepattern": "subscribePattern",
-    "assign": "assign",
-    "consumergroup": "consumerGroup",
-    "startingoffsets": "startingOffsets",
-    "startingtimestamp": "startingTimestamp",
-    "startingoffsetsbytimestamp": "startingOffsetsByTimestamp",
-    "endingoffsets": "endingOffsets",
-    "endingtimestamp": "endingTimestamp",
-    "failondataloss": "failOnDataLoss",
-    "maxmessagespertrigger": "maxMessagesPerTrigger",
-    "minpartitions": "minPartitions",
-    "pullbatchsize": "pullBatchSize",
-    "pulltimeoutms": "pullTimeoutMs",
-    "filter": "filter",
-    "includeproperties": "includeProperties",
-    "accesskey": "accessKey",
-    "secretkey": "secretKey",
-    "tls": "tls",
-    "tlscafile": "tlsCaFile",
-    "tlsverify": "tlsVerify",
-    "commitoffsets": "commitOffsets",
-    "offsetsrefreshintervalms": "offsetsRefreshIntervalMs",
-    "verifycrc": "verifyCrc",
-    "membership": "membership",
-    "allocatestrategy": "allocateStrategy",
-    "consistenthashvirtualnodes": "consistentHashVirtualNodes",
-    "allocatemachinerooms": "allocateMachineRooms",
-    "lockqueues": "lockQueues",
-    "membername": "memberName",
-    "rebalanceintervalms": "rebalanceIntervalMs",
-}
-
 DEFAULT_GROUP = "spark-rocketmq-source"
-_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
 
 
 @dataclass(frozen=True)
@@ -195,205 +160,213 @@ def _position(name: str, value: str, modes: Tuple[str, ...]) -> Bound:
                       f"queues, got {value!r}")
 
 
-MEMBERSHIP_MODES = ("none", "group")
-MEMBER_ONLY = ("allocatestrategy", "consistenthashvirtualnodes", "allocatemachinerooms",
-               "lockqueues", "membername", "rebalanceintervalms")
 
 
-def _membership_options(opts: Dict[str, str], kw: Dict[str, object], streaming: bool) -> None:
-    """``membership=group``: the query shares its topics' queues with the consumer group's other
-    members (see :mod:`.membership`)."""
-    from .allocation import MACHINE_ROOM, STRATEGIES  # light: no Spark, no network
-
-    mode = opts.get("membership", "none").strip().lower()
-    if mode not in MEMBERSHIP_MODES:
-        raise OptionError(f"option membership must be none or group, got {opts['membership']!r}")
-    given = [KNOWN[k] for k in MEMBER_ONLY if k in opts]
-    if mode == "none":
-        if given:
-            raise OptionError(f"option {given[0]} needs membership=group")
-        return
-    if not streaming:
-        raise OptionError("option membership=group is for streaming queries (spark.readStream); "
-                          "a batch query reads the offsets it is given")
-    if not kw.get("group_given"):
-        raise OptionError("membership=group needs the option consumerGroup (the group to join)")
-    if kw.get("assigned"):
-        raise OptionError("membership=group shares a subscription's queues with the group; it "
-                          "cannot be used with assign (use subscribe or subscribePattern)")
-    if kw.get("commit_offsets") is False:
-        raise OptionError("membership=group hands queues over through the group's committed "
-                          "offsets; it cannot be used with commitOffsets=false")
-    kw["membership"] = mode
-    if "allocatestrategy" in opts:
-        wanted = opts["allocatestrategy"].strip()
-        by_lower = {s.lower(): s for s in STRATEGIES}
-        if wanted.lower() not in by_lower:
-            raise OptionError(f"option allocateStrategy must be one of {', '.join(STRATEGIES)}, "
-                              f"got {opts['allocatestrategy']!r}")
-        kw["allocate_strategy"] = by_lower[wanted.lower()]
-    if "consistenthashvirtualnodes" in opts:
-        if kw.get("allocate_strategy") != "consistentHash":
-            raise OptionError("option consistentHashVirtualNodes needs "
-                              "allocateStrategy=consistentHash")
-        kw["consistent_hash_virtual_nodes"] = _int("consistentHashVirtualNodes",
-                                                   opts["consistenthashvirtualnodes"], 1, 10_000)
-    rooms = tuple(r.strip() for r in opts.get("allocatemachinerooms", "").split(",")
-                  if r.strip())
-    if kw.get("allocate_strategy") == MACHINE_ROOM:
-        if not rooms:
-            raise OptionError("allocateStrategy=machineRoom needs the option "
-                              "allocateMachineRooms: the rooms (the part of a broker name before "
-                              "'@') whose queues the group reads, e.g. \"hz1,hz2\"")
-        kw["machine_rooms"] = rooms
-    elif "allocatemachinerooms" in opts:
-        raise OptionError("option allocateMachineRooms needs allocateStrategy=machineRoom")
-    if "lockqueues" in opts:
-        kw["lock_queues"] = _bool("lockQueues", opts["lockqueues"])
-    if "membername" in opts:
-        name = opts["membername"].strip()
-        if not re.match(r"^[A-Za-z0-9_.:-]{1,64}$", name):
-            raise OptionError(f"option memberName {opts['membername']!r} must be 1 to 64 "
-                              "letters, digits, '.', ':', '_' or '-' (it goes into the client id)")
-        kw["member_name"] = name
-    if "rebalanceintervalms" in opts:
-        kw["rebalance_interval_ms"] = _int("rebalanceIntervalMs", opts["rebalanceintervalms"],
-                                           100, 3_600_000)
+def _positions(*modes: str):
+    return lambda name, value: _position(name, value, modes)
 
 
-def parse_options(raw: Mapping[str, str], streaming: bool) -> SourceOptions:
-    """Check every option; raise :class:`OptionError` naming the first one at fault."""
-    opts = lower_keys(raw)
-    reject_unknown(raw, KNOWN, "the rocketmq source")
+def _topic_list(name: str, value: str) -> Tuple[str, ...]:
+    topics = comma_list(name, value)
+    if not topics:
+        raise OptionError(f"option {name} must list at least one topic")
+    return tuple(dict.fromkeys(check_topic(name, topic) for topic in topics))
 
-    if "nameserver" not in opts or not opts["nameserver"].strip():
-        raise OptionError("option nameServer is required, e.g. \"host:9876;host2:9876\"")
+
+def _regex(name: str, value: str) -> str:
     try:
-        name_servers = tuple(parse_name_servers(opts["nameserver"]))
-    except ValueError as exc:
-        raise OptionError(f"option nameServer: {exc}") from None
+        re.compile(value)
+    except re.error as exc:
+        raise OptionError(f"option {name} is not a valid regular expression: {exc}") from None
+    return value
 
-    chosen = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
+
+def _queue_list(name: str, value: str) -> Tuple[MessageQueue, ...]:
+    queues = _json(name, value)
+    if not isinstance(queues, list) or not queues:
+        raise OptionError(f"option {name} must be a non-empty JSON list of queues, e.g. "
+                          '[{"topic":"T","brokerName":"broker-a","queueId":0}] or '
+                          '["T/broker-a/0"]')
+    assigned = []
+    for item in queues:
+        try:
+            if isinstance(item, str):
+                assigned.append(MessageQueue.from_key(item))
+            else:
+                assigned.append(MessageQueue(str(item["topic"]), str(item["brokerName"]),
+                                             int(item["queueId"])))
+        except (KeyError, TypeError, ValueError):
+            raise OptionError(f"option {name}: {item!r} is not a queue; write "
+                              '{"topic":..,"brokerName":..,"queueId":..} or '
+                              '"topic/brokerName/queueId"') from None
+    return tuple(sorted(set(assigned)))
+
+
+def _timestamp(name: str, value: str) -> Bound:
+    return Bound("timestamp", timestamp=parse_int(name, value, 0))
+
+
+def _timestamps(name: str, value: str) -> Bound:
+    return Bound("timestamps", parse_queue_values(name, value, allow_modes=False))
+
+
+def _tag_expression(name: str, value: str) -> str:
+    expression = value.strip() or "*"
+    if "*" in expression and expression != "*":
+        raise OptionError(f"option {name}: {value!r} mixes * with tags; use * alone or tags "
+                          "joined with ||")
+    if any(c in expression for c in "\x01\x02"):
+        raise OptionError(f"option {name} contains a control character")
+    return expression
+
+
+def _member_name(name: str, value: str) -> str:
+    member = value.strip()
+    if not re.match(r"^[A-Za-z0-9_.:-]{1,64}$", member):
+        raise OptionError(f"option {name} {value!r} must be 1 to 64 letters, digits, '.', ':', "
+                          "'_' or '-' (it goes into the client id)")
+    return member
+
+
+SUBSCRIPTION = ("subscribe", "subscribePattern", "assign")
+STARTS = ("startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp")
+ENDS = ("endingOffsets", "endingTimestamp")
+MEMBER_ONLY = ("allocateStrategy", "consistentHashVirtualNodes", "allocateMachineRooms",
+               "lockQueues", "memberName", "rebalanceIntervalMs")
+
+SOURCE_OPTIONS = OptionTable("the rocketmq source", CONNECTION + (
+    Option("subscribe", "topics", _topic_list, (), "a comma list of topics",
+           shown_default="exactly one"),
+    Option("subscribePattern", "topic_pattern", _regex, None,
+           "a regular expression over the cluster's topics", shown_default="exactly one"),
+    Option("assign", "assigned", _queue_list, (), "a JSON list of queues",
+           shown_default="exactly one"),
+    Option("consumerGroup", "consumer_group", group_name, DEFAULT_GROUP,
+           "the group pulls name; offsets are read and committed only for a group given"),
+    Option("startingOffsets", "starting", _positions("earliest", "latest", "group"), None,
+           "earliest, latest, group or JSON per queue",
+           shown_default="latest (stream), earliest (batch)"),
+    Option("startingTimestamp", "starting", _timestamp, None,
+           "one store time (ms) for every queue"),
+    Option("startingOffsetsByTimestamp", "starting", _timestamps, None,
+           "store times (ms) per queue, as JSON"),
+    Option("endingOffsets", "ending", _positions("latest"), Bound("latest"),
+           "batch only: latest or JSON per queue", shown_default="latest"),
+    Option("endingTimestamp", "ending", _timestamp, None,
+           "batch only: stop before the first message stored at or after it"),
+    Option("failOnDataLoss", "fail_on_data_loss", boolean, True,
+           "fail when messages of a planned range are gone"),
+    Option("maxMessagesPerTrigger", "max_messages_per_trigger", integer(1), None,
+           "streams: at most this many messages per micro-batch", shown_default="unlimited"),
+    Option("minPartitions", "min_partitions", integer(1, 100_000), None,
+           "cut queue ranges into at least this many partitions",
+           shown_default="one per queue"),
+    Option("pullBatchSize", "pull_batch_size", integer(1, 65_536), 32,
+           "messages asked for per pull"),
+    Option("pullTimeoutMs", "pull_timeout_ms", integer(1, 3_600_000), 10_000,
+           "per-request timeout"),
+    Option("filter", "filter", _tag_expression, "*", "a TAG expression"),
+    Option("includeProperties", "include_properties", boolean, False,
+           "add a properties map column"),
+    Option("commitOffsets", "commit_offsets", boolean, True,
+           "commit each completed batch's end to consumerGroup"),
+    Option("offsetsRefreshIntervalMs", "offsets_refresh_interval_ms", integer(0, 600_000), 50,
+           "how old cached max offsets may be while a stream is idle"),
+    Option("verifyCrc", "verify_crc", boolean, True, "check each message's body CRC"),
+    Option("membership", "membership", choice("none", "group"), "none",
+           "group: share consumerGroup's queues with its other members"),
+    Option("allocateStrategy", "allocate_strategy", choice(*STRATEGIES), "averagely",
+           "how the group's members split the queues"),
+    Option("consistentHashVirtualNodes", "consistent_hash_virtual_nodes",
+           integer(1, 10_000), 10, "points per member on the ring (consistentHash)"),
+    Option("allocateMachineRooms", "machine_rooms", comma_list, (),
+           "the rooms whose queues the group reads (machineRoom)"),
+    Option("lockQueues", "lock_queues", boolean, False,
+           "read a queue only while holding its broker lock"),
+    Option("memberName", "member_name", _member_name, None, "goes into the client id"),
+    Option("rebalanceIntervalMs", "rebalance_interval_ms", integer(100, 3_600_000), 20_000,
+           "the longest time between two rebalances"),
+))
+
+
+def parse_source_options(raw: Mapping[str, str], streaming: bool) -> SourceOptions:
+    """Check every option; raise :class:`OptionError` naming the first one at fault."""
+    given = SOURCE_OPTIONS.given(raw)
+    require_name_server(given)
+    _one_subscription(given)
+    values = SOURCE_OPTIONS.parse(given)
+    kw = SOURCE_OPTIONS.fields(values)
+    kw["group_given"] = "consumerGroup" in values
+    kw["credentials"] = parse_credentials(given)
+    _bounds(values, kw, streaming)
+    if "maxMessagesPerTrigger" in values and not streaming:
+        raise OptionError("option maxMessagesPerTrigger is for streaming queries")
+    if values.get("commitOffsets") and not kw["group_given"]:
+        raise OptionError("commitOffsets=true needs the option consumerGroup (the group the "
+                          "offsets are committed to)")
+    _membership(values, kw, streaming)
+    return SourceOptions(**kw)
+
+
+def _one_subscription(given: Mapping[str, str]) -> None:
+    chosen = [name for name in SUBSCRIPTION if name.lower() in given]
     if len(chosen) != 1:
         raise OptionError("exactly one of the options subscribe, subscribePattern and assign "
                           f"must be set, got {len(chosen)}"
-                          + (f" ({', '.join(KNOWN[c] for c in chosen)})" if chosen else ""))
-    kw: Dict[str, object] = {"name_servers": name_servers}
-    if "subscribe" in opts:
-        topics = tuple(t.strip() for t in opts["subscribe"].split(",") if t.strip())
-        if not topics:
-            raise OptionError("option subscribe must list at least one topic")
-        for topic in topics:
-            if not _TOPIC.match(topic):
-                raise OptionError(f"option subscribe: {topic!r} is not a valid topic name "
-                                  "(letters, digits, %, |, _ and -, at most 127)")
-        kw["topics"] = tuple(dict.fromkeys(topics))
-    elif "subscribepattern" in opts:
-        try:
-            re.compile(opts["subscribepattern"])
-        except re.error as exc:
-            raise OptionError(f"option subscribePattern is not a valid regular expression: "
-                              f"{exc}") from None
-        kw["topic_pattern"] = opts["subscribepattern"]
-    else:
-        queues = _json("assign", opts["assign"])
-        if not isinstance(queues, list) or not queues:
-            raise OptionError("option assign must be a non-empty JSON list of queues, e.g. "
-                              '[{"topic":"T","brokerName":"broker-a","queueId":0}] or '
-                              '["T/broker-a/0"]')
-        assigned = []
-        for item in queues:
-            try:
-                if isinstance(item, str):
-                    assigned.append(MessageQueue.from_key(item))
-                else:
-                    assigned.append(MessageQueue(str(item["topic"]), str(item["brokerName"]),
-                                                 int(item["queueId"])))
-            except (KeyError, TypeError, ValueError):
-                raise OptionError(f"option assign: {item!r} is not a queue; write "
-                                  '{"topic":..,"brokerName":..,"queueId":..} or '
-                                  '"topic/brokerName/queueId"') from None
-        kw["assigned"] = tuple(sorted(set(assigned)))
+                          + (f" ({', '.join(chosen)})" if chosen else ""))
 
-    if "consumergroup" in opts:
-        group = opts["consumergroup"].strip()
-        if not re.match(r"^[%|a-zA-Z0-9_-]{1,255}$", group):
-            raise OptionError(f"option consumerGroup {group!r} is not a valid group name "
-                              "(letters, digits, %, |, _ and -, at most 255)")
-        kw["consumer_group"], kw["group_given"] = group, True
 
-    starts = [k for k in ("startingoffsets", "startingtimestamp", "startingoffsetsbytimestamp")
-              if k in opts]
+def _bounds(values: Mapping[str, Any], kw: Dict[str, Any], streaming: bool) -> None:
+    """Where the read starts and ends: at most one option each, and what the query allows."""
+    starts = [name for name in STARTS if name in values]
     if len(starts) > 1:
         raise OptionError("set at most one of startingOffsets, startingTimestamp and "
-                          "startingOffsetsByTimestamp, got "
-                          + ", ".join(KNOWN[k] for k in starts))
-    kw["starting"] = Bound("latest" if streaming else "earliest")
-    if "startingoffsets" in opts:
-        kw["starting"] = _position("startingOffsets", opts["startingoffsets"],
-                                   ("earliest", "latest", "group"))
-        if kw["starting"].kind == "group" and not kw.get("group_given"):
-            raise OptionError("startingOffsets=group needs the option consumerGroup")
-    elif "startingtimestamp" in opts:
-        kw["starting"] = Bound("timestamp", timestamp=_int(
-            "startingTimestamp", opts["startingtimestamp"], 0))
-    elif "startingoffsetsbytimestamp" in opts:
-        kw["starting"] = Bound("timestamps", parse_queue_values(
-            "startingOffsetsByTimestamp", opts["startingoffsetsbytimestamp"], False))
-
-    ends = [k for k in ("endingoffsets", "endingtimestamp") if k in opts]
+                          "startingOffsetsByTimestamp, got " + ", ".join(starts))
+    kw["starting"] = values[starts[0]] if starts else Bound(
+        "latest" if streaming else "earliest")
+    if kw["starting"].kind == "group" and not kw["group_given"]:
+        raise OptionError("startingOffsets=group needs the option consumerGroup")
+    ends = [name for name in ENDS if name in values]
     if ends and streaming:
-        raise OptionError(f"option {KNOWN[ends[0]]} is for batch queries (spark.read); a "
-                          "stream has no end")
+        raise OptionError(f"option {ends[0]} is for batch queries (spark.read); a stream has "
+                          "no end")
     if len(ends) > 1:
         raise OptionError("set at most one of endingOffsets and endingTimestamp")
-    if "endingoffsets" in opts:
-        kw["ending"] = _position("endingOffsets", opts["endingoffsets"], ("latest",))
-        if EARLIEST in kw["ending"].per_queue.values():
-            raise OptionError("option endingOffsets cannot use -2 (earliest) for a queue")
-    elif "endingtimestamp" in opts:
-        kw["ending"] = Bound("timestamp", timestamp=_int(
-            "endingTimestamp", opts["endingtimestamp"], 0))
+    if EARLIEST in kw["ending"].per_queue.values():
+        raise OptionError("option endingOffsets cannot use -2 (earliest) for a queue")
     if not streaming and kw["starting"].kind == "latest":
         raise OptionError("startingOffsets=latest makes an empty batch query; use it with "
                           "spark.readStream")
     if not streaming and LATEST in kw["starting"].per_queue.values():
         raise OptionError("option startingOffsets cannot use -1 (latest) in a batch query")
 
-    if "failondataloss" in opts:
-        kw["fail_on_data_loss"] = _bool("failOnDataLoss", opts["failondataloss"])
-    if "maxmessagespertrigger" in opts:
-        if not streaming:
-            raise OptionError("option maxMessagesPerTrigger is for streaming queries")
-        kw["max_messages_per_trigger"] = _int("maxMessagesPerTrigger",
-                                              opts["maxmessagespertrigger"])
-    if "minpartitions" in opts:
-        kw["min_partitions"] = _int("minPartitions", opts["minpartitions"], 1, 100_000)
-    if "pullbatchsize" in opts:
-        kw["pull_batch_size"] = _int("pullBatchSize", opts["pullbatchsize"], 1, 65_536)
-    if "pulltimeoutms" in opts:
-        kw["pull_timeout_ms"] = _int("pullTimeoutMs", opts["pulltimeoutms"], 1, 3_600_000)
-    if "filter" in opts:
-        expression = opts["filter"].strip() or "*"
-        if "*" in expression and expression != "*":
-            raise OptionError(f"option filter: {opts['filter']!r} mixes * with tags; use * "
-                              "alone or tags joined with ||")
-        if any(c in expression for c in "\x01\x02"):
-            raise OptionError("option filter contains a control character")
-        kw["filter"] = expression
-    if "includeproperties" in opts:
-        kw["include_properties"] = _bool("includeProperties", opts["includeproperties"])
-    kw["credentials"] = parse_credentials(opts)
-    kw["tls"], kw["tls_ca_file"], kw["tls_verify"] = parse_tls(opts)
-    if "commitoffsets" in opts:
-        kw["commit_offsets"] = _bool("commitOffsets", opts["commitoffsets"])
-        if kw["commit_offsets"] and not kw.get("group_given"):
-            raise OptionError("commitOffsets=true needs the option consumerGroup (the group "
-                              "the offsets are committed to)")
-    if "offsetsrefreshintervalms" in opts:
-        kw["offsets_refresh_interval_ms"] = _int("offsetsRefreshIntervalMs",
-                                                 opts["offsetsrefreshintervalms"], 0, 600_000)
-    if "verifycrc" in opts:
-        kw["verify_crc"] = _bool("verifyCrc", opts["verifycrc"])
-    _membership_options(opts, kw, streaming)
-    return SourceOptions(**kw)
+
+def _membership(values: Mapping[str, Any], kw: Dict[str, Any], streaming: bool) -> None:
+    """``membership=group``: the query shares its topics' queues with the consumer group's
+    other members (see :mod:`.membership`)."""
+    if values.get("membership", "none") == "none":
+        given = [name for name in MEMBER_ONLY if name in values]
+        if given:
+            raise OptionError(f"option {given[0]} needs membership=group")
+        return
+    if not streaming:
+        raise OptionError("option membership=group is for streaming queries (spark.readStream); "
+                          "a batch query reads the offsets it is given")
+    if not kw["group_given"]:
+        raise OptionError("membership=group needs the option consumerGroup (the group to join)")
+    if kw["assigned"]:
+        raise OptionError("membership=group shares a subscription's queues with the group; it "
+                          "cannot be used with assign (use subscribe or subscribePattern)")
+    if not kw["commit_offsets"]:
+        raise OptionError("membership=group hands queues over through the group's committed "
+                          "offsets; it cannot be used with commitOffsets=false")
+    strategy = kw["allocate_strategy"]
+    if "consistentHashVirtualNodes" in values and strategy != "consistentHash":
+        raise OptionError("option consistentHashVirtualNodes needs "
+                          "allocateStrategy=consistentHash")
+    if strategy == MACHINE_ROOM and not kw["machine_rooms"]:
+        raise OptionError("allocateStrategy=machineRoom needs the option allocateMachineRooms: "
+                          "the rooms (the part of a broker name before '@') whose queues the "
+                          "group reads, e.g. \"hz1,hz2\"")
+    if strategy != MACHINE_ROOM and "allocateMachineRooms" in values:
+        raise OptionError("option allocateMachineRooms needs allocateStrategy=machineRoom")
