@@ -382,6 +382,94 @@ static void *writable(PyObject *obj, Py_ssize_t need, Py_buffer *view) {
     return view->buf;
 }
 
+/* The output buffers of one fill() call, held until it returns. */
+typedef struct {
+    int32_t *i32;               /* queue_id, flag, sys_flag, reconsume_times: n values each */
+    int64_t *i64;               /* queue_offset, physical_offset, born and store timestamps */
+    col_t cols[NCOLS];          /* the variable-width columns (unwanted ones stay empty) */
+    uint8_t *valid[2];          /* validity bitmaps of tags and keys */
+    int wanted[NCOLS];
+    Py_buffer views[2 + 2 * NCOLS + 2];
+    int held;                   /* views to release */
+} outputs_t;
+
+/* Take the caller's buffers as writable outputs sized for ``sc``: 0, or -1 with an error
+ * (release_outputs() frees what was taken either way). */
+static int take_outputs(const scan_t *sc, int want, PyObject *ints_obj, PyObject *longs_obj,
+                        PyObject *offs, PyObject *datas, PyObject *valids, outputs_t *o) {
+    Py_ssize_t n = sc->n;
+    int wanted[NCOLS] = {1, 1, want & WANT_PROPERTIES, 1, 1, 1, want & WANT_OFFSET_ID,
+                         !sc->any_v6, !sc->any_v6};
+    memcpy(o->wanted, wanted, sizeof(wanted));
+    if (!(o->i32 = writable(ints_obj, 16 * n, &o->views[o->held]))) return -1;
+    o->held++;
+    if (!(o->i64 = writable(longs_obj, 32 * n, &o->views[o->held]))) return -1;
+    o->held++;
+    for (int c = 0; c < NCOLS; c++) {
+        if (!wanted[c]) continue;
+        o->cols[c].off = writable(PyList_GET_ITEM(offs, c), 4 * (n + 1), &o->views[o->held]);
+        if (!o->cols[c].off) return -1;
+        o->held++;
+        o->cols[c].dat = writable(PyList_GET_ITEM(datas, c), sc->sz[c], &o->views[o->held]);
+        if (!o->cols[c].dat) return -1;
+        o->held++;
+        o->cols[c].off[0] = 0;
+    }
+    for (int v = 0; v < 2; v++) {
+        o->valid[v] = writable(PyList_GET_ITEM(valids, v), (n + 7) / 8, &o->views[o->held]);
+        if (!o->valid[v]) return -1;
+        o->held++;
+        memset(o->valid[v], 0, (n + 7) / 8);
+    }
+    return 0;
+}
+
+static void release_outputs(outputs_t *o) {
+    for (int h = 0; h < o->held; h++) PyBuffer_Release(&o->views[h]);
+    o->held = 0;
+}
+
+/* The broker's offset id of a record (store host + physical offset, in hex) as value i of
+ * ``col``. */
+static void put_offset_id(col_t *col, Py_ssize_t i, const uint8_t *b, const rec_t *r) {
+    put_hex(col, b + r->store_host, r->store_len);
+    put_hex(col, b + r->start + 28, 8);
+    col->off[i + 1] = (int32_t)col->pos;
+}
+
+/* Write record i of the scanned body ``b`` into every wanted column. */
+static inline void fill_record(outputs_t *o, const uint8_t *b, const rec_t *r, Py_ssize_t i,
+                               Py_ssize_t n, host_cache_t *born, host_cache_t *store) {
+    const uint8_t *s = b + r->start;
+    col_t *cols = o->cols;
+    o->i32[i] = be32(s + 12);
+    o->i32[n + i] = be32(s + 16);
+    o->i32[2 * n + i] = r->sys_flag;
+    o->i32[3 * n + i] = be32(b + r->reconsume);
+    o->i64[i] = be64(s + 20);
+    o->i64[n + i] = be64(s + 28);
+    o->i64[2 * n + i] = be64(s + 40);
+    o->i64[3 * n + i] = be64(b + r->store_ts);
+    col_put(&cols[C_BODY], i, b + r->body, r->body_len);
+    col_put(&cols[C_TOPIC], i, b + r->topic, r->topic_len);
+    if (o->wanted[C_PROPS]) col_put(&cols[C_PROPS], i, b + r->props, r->props_len);
+    if (r->tags >= 0) o->valid[0][i >> 3] |= (uint8_t)(1u << (i & 7));
+    col_put(&cols[C_TAGS], i, r->tags >= 0 ? b + r->tags : NULL, r->tags_len);
+    if (r->keys >= 0) o->valid[1][i >> 3] |= (uint8_t)(1u << (i & 7));
+    col_put(&cols[C_KEYS], i, r->keys >= 0 ? b + r->keys : NULL, r->keys_len);
+    /* msgId: the producer's UNIQ_KEY, else the broker's offset id (store host + offset) */
+    if (r->uniq >= 0) col_put(&cols[C_MSGID], i, b + r->uniq, r->uniq_len);
+    else put_offset_id(&cols[C_MSGID], i, b, r);
+    if (o->wanted[C_OFFID]) put_offset_id(&cols[C_OFFID], i, b, r);
+    if (o->wanted[C_BORN]) {
+        cols[C_BORN].pos += format_v4(cols[C_BORN].dat + cols[C_BORN].pos, s + 48, born);
+        cols[C_BORN].off[i + 1] = (int32_t)cols[C_BORN].pos;
+        cols[C_STORE].pos += format_v4(cols[C_STORE].dat + cols[C_STORE].pos,
+                                       b + r->store_host, store);
+        cols[C_STORE].off[i + 1] = (int32_t)cols[C_STORE].pos;
+    }
+}
+
 /* fill(state, want, ints, longs, offsets[9], data[9], valid[2]) -> None
  * ``want``: 1 = properties, 2 = offset_msg_id; unwanted columns (and the host columns when a
  * host is IPv6) may be None in the lists. Column order as in the enum above; ints holds
@@ -400,82 +488,17 @@ static PyObject *fill(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "fill needs 9 offsets, 9 data and 2 validity buffers");
         return NULL;
     }
+    outputs_t o;
+    memset(&o, 0, sizeof(o));
+    if (take_outputs(sc, want, ints_obj, longs_obj, offs, datas, valids, &o) < 0) {
+        release_outputs(&o);
+        return NULL;
+    }
     const uint8_t *b = (const uint8_t *)sc->view.buf;
-    Py_ssize_t n = sc->n;
-    int wanted[NCOLS] = {1, 1, want & WANT_PROPERTIES, 1, 1, 1, want & WANT_OFFSET_ID,
-                         !sc->any_v6, !sc->any_v6};
-    Py_buffer views[2 + 2 * NCOLS + 2];
-    int held = 0, ok = 0;
-    col_t cols[NCOLS];
-    memset(cols, 0, sizeof(cols));
-    int32_t *i32 = writable(ints_obj, 16 * n, &views[held]);
-    if (!i32) goto done;
-    held++;
-    int64_t *i64 = writable(longs_obj, 32 * n, &views[held]);
-    if (!i64) goto done;
-    held++;
-    for (int c = 0; c < NCOLS; c++) {
-        if (!wanted[c]) continue;
-        cols[c].off = writable(PyList_GET_ITEM(offs, c), 4 * (n + 1), &views[held]);
-        if (!cols[c].off) goto done;
-        held++;
-        cols[c].dat = writable(PyList_GET_ITEM(datas, c), sc->sz[c], &views[held]);
-        if (!cols[c].dat) goto done;
-        held++;
-        cols[c].off[0] = 0;
-    }
-    uint8_t *vb[2];
-    for (int v = 0; v < 2; v++) {
-        vb[v] = writable(PyList_GET_ITEM(valids, v), (n + 7) / 8, &views[held]);
-        if (!vb[v]) goto done;
-        held++;
-        memset(vb[v], 0, (n + 7) / 8);
-    }
     host_cache_t born_cache = {{0}, {0}, 0, 0}, store_cache = {{0}, {0}, 0, 0};
-    for (Py_ssize_t i = 0; i < n; i++) {
-        rec_t *r = &sc->recs[i];
-        const uint8_t *s = b + r->start;
-        i32[i] = be32(s + 12);
-        i32[n + i] = be32(s + 16);
-        i32[2 * n + i] = r->sys_flag;
-        i32[3 * n + i] = be32(b + r->reconsume);
-        i64[i] = be64(s + 20);
-        i64[n + i] = be64(s + 28);
-        i64[2 * n + i] = be64(s + 40);
-        i64[3 * n + i] = be64(b + r->store_ts);
-        col_put(&cols[C_BODY], i, b + r->body, r->body_len);
-        col_put(&cols[C_TOPIC], i, b + r->topic, r->topic_len);
-        if (wanted[C_PROPS]) col_put(&cols[C_PROPS], i, b + r->props, r->props_len);
-        if (r->tags >= 0) vb[0][i >> 3] |= (uint8_t)(1u << (i & 7));
-        col_put(&cols[C_TAGS], i, r->tags >= 0 ? b + r->tags : NULL, r->tags_len);
-        if (r->keys >= 0) vb[1][i >> 3] |= (uint8_t)(1u << (i & 7));
-        col_put(&cols[C_KEYS], i, r->keys >= 0 ? b + r->keys : NULL, r->keys_len);
-        /* msgId: the producer's UNIQ_KEY, else the broker's offset id (store host + offset) */
-        if (r->uniq >= 0) {
-            col_put(&cols[C_MSGID], i, b + r->uniq, r->uniq_len);
-        } else {
-            put_hex(&cols[C_MSGID], b + r->store_host, r->store_len);
-            put_hex(&cols[C_MSGID], s + 28, 8);
-            cols[C_MSGID].off[i + 1] = (int32_t)cols[C_MSGID].pos;
-        }
-        if (wanted[C_OFFID]) {
-            put_hex(&cols[C_OFFID], b + r->store_host, r->store_len);
-            put_hex(&cols[C_OFFID], s + 28, 8);
-            cols[C_OFFID].off[i + 1] = (int32_t)cols[C_OFFID].pos;
-        }
-        if (wanted[C_BORN]) {
-            cols[C_BORN].pos += format_v4(cols[C_BORN].dat + cols[C_BORN].pos, s + 48,
-                                          &born_cache);
-            cols[C_BORN].off[i + 1] = (int32_t)cols[C_BORN].pos;
-            cols[C_STORE].pos += format_v4(cols[C_STORE].dat + cols[C_STORE].pos,
-                                           b + r->store_host, &store_cache);
-            cols[C_STORE].off[i + 1] = (int32_t)cols[C_STORE].pos;
-        }
-    }
-    ok = 1;
-done:
-    for (int h = 0; h < held; h++) PyBuffer_Release(&views[h]);
-    if (!ok) return NULL;
+    for (Py_ssize_t i = 0; i < sc->n; i++)
+        fill_record(&o, b, &sc->recs[i], i, sc->n, &born_cache, &store_cache);
+    release_outputs(&o);
     Py_RETURN_NONE;
 }
 

@@ -703,6 +703,177 @@ static PyObject *result(int reason, int64_t offset, PyObject *extra) {
     return Py_BuildValue("(iLN)", reason, (long long)offset, extra);
 }
 
+/* One run() call's state, handed between its steps. */
+typedef struct {
+    int64_t offset;           /* the next offset to deliver */
+    double timeout, deadline; /* the deadline moves on whenever a message is consumed */
+    long long max_msgs, max_bytes;
+    int closed;               /* the peer closed the connection */
+} run_t;
+
+/* Append the bytes Python read before this run (run's ``pending``) to the receive buffer;
+ * releases ``pending``. 0, or -1 with an error. */
+static int take_pending(Puller *self, Py_buffer *pending) {
+    int rc = 0;
+    if (pending->buf && pending->len) {
+        if (grow(&self->rbuf, &self->rcap, self->rlen + pending->len) < 0) {
+            rc = -1;
+        } else {
+            memcpy(self->rbuf + self->rlen, pending->buf, pending->len);
+            self->rlen += pending->len;
+        }
+    }
+    PyBuffer_Release(pending);
+    return rc;
+}
+
+enum { TAKEN_NOTHING, TAKEN_CONSUMED, TAKEN_DONE };
+
+/* The answer for the current offset when it arrived earlier: a plain FOUND is consumed
+ * (TAKEN_CONSUMED), anything else ends the run as RESPONSE (TAKEN_DONE, *out the result or
+ * NULL with an error). TAKEN_NOTHING when it has not arrived. */
+static int take_arrived(Puller *self, run_t *run, PyObject **out) {
+    int i = find_flight(self, run->offset);
+    if (i < 0 || !self->flights[i].arrived) return TAKEN_NOTHING;
+    if (plain_found(self, &self->flights[i])) {
+        if (consume(self, i, &run->offset) < 0) { *out = NULL; return TAKEN_DONE; }
+        run->deadline = now_s() + run->timeout;
+        return TAKEN_CONSUMED;
+    }
+    flight_t *fl = &self->flights[i];
+    PyObject *frame = PyBytes_FromStringAndSize(fl->frame, fl->frame_len);
+    if (!frame) { *out = NULL; return TAKEN_DONE; }
+    remove_flight(self, i, 0);
+    *out = result(R_RESPONSE, run->offset, frame);
+    return TAKEN_DONE;
+}
+
+/* Plan the requests the window allows and send what is queued. 0 to go on, or 1 when the run
+ * ends (*out: TIMEOUT, CLOSED or ERROR, or NULL with an error). */
+static int send_planned(Puller *self, run_t *run, PyObject **out) {
+    if (plan(self, run->offset) < 0) { *out = NULL; return 1; }
+    if (run->closed && self->transport) self->slen = 0;  /* nobody to send to: report CLOSED */
+    int rc = flush_requests(self, run->deadline, &run->closed);
+    if (rc == -2) { *out = NULL; return 1; }
+    if (rc == -3) { *out = result(R_TIMEOUT, run->offset, NULL); return 1; }
+    if (rc == -1) {
+        *out = result(run->closed ? R_CLOSED : R_ERROR, run->offset, PyLong_FromLong(errno));
+        return 1;
+    }
+    return 0;
+}
+
+/* The pull in flight that a parsed frame answers (by opaque), or -1. */
+static int flight_answered(const Puller *self, int parsed, const head_t *h) {
+    if (parsed != 0 || !(h->flag & 1)) return -1;
+    for (int j = 0; j < self->nflights; j++)
+        if (self->flights[j].opaque == h->opaque && !self->flights[j].arrived) return j;
+    return -1;
+}
+
+/* Keep flight k's answer for later (it answers a later offset, or is not a plain FOUND).
+ * 0, or -1 with an error. */
+static int keep_for_later(Puller *self, int k, const uint8_t *payload, Py_ssize_t length,
+                       const head_t *h, Py_ssize_t body_at) {
+    flight_t *fl = &self->flights[k];
+    fl->frame = PyMem_Malloc(length ? length : 1);
+    if (!fl->frame) { PyErr_NoMemory(); return -1; }
+    memcpy(fl->frame, payload, length);
+    fl->frame_len = length;
+    fl->body_at = body_at;
+    fl->head = *h;
+    fl->arrived = 1;
+    return 0;
+}
+
+/* Add a frame that answers no pull in flight to *foreign (made on first use) for Python,
+ * unless it answers a pull dropped earlier. 0, or -1 with an error. */
+static int keep_foreign(Puller *self, PyObject **foreign, int parsed, const head_t *h,
+                        const uint8_t *payload, int32_t length) {
+    if (parsed == 0 && (h->flag & 1) && is_dropped(self, h->opaque)) return 0;
+    if (!*foreign && !(*foreign = PyList_New(0))) return -1;
+    PyObject *frame = PyBytes_FromStringAndSize((const char *)payload, length);
+    int rc = frame ? PyList_Append(*foreign, frame) : -1;
+    Py_XDECREF(frame);
+    return rc;
+}
+
+enum { FRAMED_FAILED = -1, FRAMED_BROKEN = -2 };
+
+/* Frame what has arrived in the receive buffer: the answer for the current offset is consumed
+ * at once (no copy before the output), other answers of ours kept for later, anything else
+ * collected in *foreign. Returns 1 when something progressed, 0 when nothing did (only whole
+ * frames are taken), FRAMED_FAILED with an error, FRAMED_BROKEN on a frame that breaks the
+ * protocol. */
+static int frame_received(Puller *self, run_t *run, PyObject **foreign) {
+    int progressed = 0;
+    for (;;) {
+        Py_ssize_t avail = self->rlen - self->rpos;
+        if (avail < 4) break;
+        const uint8_t *f = (const uint8_t *)self->rbuf + self->rpos;
+        int32_t length = rd32(f);
+        if (length < 4 || (int64_t)length + 4 > MAX_FRAME) return FRAMED_BROKEN;
+        if (avail - 4 < length) break;
+        const uint8_t *payload = f + 4;
+        head_t h;
+        Py_ssize_t body_at = 0;
+        int parsed = parse_frame(payload, length, &h, &body_at);
+        if (parsed < 0) return FRAMED_BROKEN;
+        int k = flight_answered(self, parsed, &h);
+        if (k >= 0 && self->flights[k].offset == run->offset &&
+            self->out_msgs < run->max_msgs && self->olen < run->max_bytes) {
+            flight_t *fl = &self->flights[k];
+            fl->head = h;
+            fl->body_at = body_at;
+            if (plain_found(self, fl)) {
+                self->rpos += 4 + length;
+                self->consumed += 4 + length;
+                if (consume_frame(self, k, payload, length, &run->offset) < 0)
+                    return FRAMED_FAILED;
+                progressed = 1;
+                run->deadline = now_s() + run->timeout;
+                continue;
+            }
+        }
+        if (k >= 0) {
+            if (keep_for_later(self, k, payload, length, &h, body_at) < 0) return FRAMED_FAILED;
+            progressed = 1;
+        } else if (keep_foreign(self, foreign, parsed, &h, payload, length) < 0) {
+            return FRAMED_FAILED;
+        }
+        self->rpos += 4 + length;
+        self->consumed += 4 + length;
+    }
+    return progressed;
+}
+
+/* Wait for bytes until the deadline and read them. 0 to go on (whatever was read), or 1 when
+ * the run ends (*out: TIMEOUT or ERROR, or NULL with an error, e.g. Ctrl-C during the wait). */
+static int wait_and_receive(Puller *self, run_t *run, PyObject **out) {
+    double left = run->deadline - now_s();
+    if (left <= 0) { *out = result(R_TIMEOUT, run->offset, NULL); return 1; }
+    if (self->transport) {
+        if (transport_recv(self, left, &run->closed) < 0) { *out = NULL; return 1; }
+        return 0;
+    }
+    struct pollfd pfd = {self->fd, POLLIN, 0};
+    int ready;
+    Py_BEGIN_ALLOW_THREADS
+    ready = poll(&pfd, 1, (int)(left * 1000) + 1);
+    Py_END_ALLOW_THREADS
+    if (ready < 0 && errno != EINTR) {
+        *out = result(R_ERROR, run->offset, PyLong_FromLong(errno));
+        return 1;
+    }
+    if (ready < 0 && PyErr_CheckSignals() < 0) { *out = NULL; return 1; }  /* raise it now */
+    if (ready > 0) {
+        int got = recv_some(self, &run->closed);
+        if (got == -2) { *out = NULL; return 1; }
+        if (got == -1) { *out = result(R_ERROR, run->offset, PyLong_FromLong(errno)); return 1; }
+    }
+    return 0;
+}
+
 /* run(offset, timeout, max_msgs, max_bytes, pending=b"") -> (reason, offset, extra)
  *
  * Pulls from ``offset`` until the output holds ``max_msgs`` messages or ``max_bytes`` bytes,
@@ -723,130 +894,30 @@ static PyObject *Puller_run(Puller *self, PyObject *args) {
         PyErr_SetString(PyExc_BufferError, "the output is still exported; release it first");
         return NULL;
     }
-    if (pending.buf && pending.len) {
-        if (grow(&self->rbuf, &self->rcap, self->rlen + pending.len) < 0) {
-            PyBuffer_Release(&pending);
-            return NULL;
-        }
-        memcpy(self->rbuf + self->rlen, pending.buf, pending.len);
-        self->rlen += pending.len;
-    }
-    PyBuffer_Release(&pending);
-    int64_t offset = offset_arg;
-    drop_stale(self, offset);
-    double deadline = now_s() + timeout;
-    PyObject *foreign = NULL;
-    int closed = 0;
+    if (take_pending(self, &pending) < 0) return NULL;
+    run_t run = {.offset = offset_arg, .timeout = timeout, .max_msgs = max_msgs,
+                 .max_bytes = max_bytes, .closed = 0};
+    drop_stale(self, run.offset);
+    run.deadline = now_s() + timeout;
+    PyObject *out = NULL;
     for (;;) {
-        if (offset >= self->end) return result(R_END, offset, NULL);
+        if (run.offset >= self->end) return result(R_END, run.offset, NULL);
         if (self->out_msgs >= max_msgs || self->olen >= max_bytes)
-            return result(R_BATCH, offset, NULL);
-        int i = find_flight(self, offset);
-        if (i >= 0 && self->flights[i].arrived) {
-            if (plain_found(self, &self->flights[i])) {
-                if (consume(self, i, &offset) < 0) return NULL;
-                deadline = now_s() + timeout;
-                continue;
-            }
-            flight_t *fl = &self->flights[i];
-            PyObject *frame = PyBytes_FromStringAndSize(fl->frame, fl->frame_len);
-            if (!frame) return NULL;
-            remove_flight(self, i, 0);
-            return result(R_RESPONSE, offset, frame);
+            return result(R_BATCH, run.offset, NULL);
+        int taken = take_arrived(self, &run, &out);
+        if (taken == TAKEN_DONE) return out;
+        if (taken == TAKEN_CONSUMED) continue;
+        if (send_planned(self, &run, &out)) return out;
+        PyObject *foreign = NULL;  /* frames that answer no pull in flight, for Python */
+        int framed = frame_received(self, &run, &foreign);
+        if (framed < 0) {
+            Py_XDECREF(foreign);
+            return framed == FRAMED_BROKEN ? result(R_PROTOCOL, run.offset, NULL) : NULL;
         }
-        if (plan(self, offset) < 0) return NULL;
-        if (closed && self->transport) self->slen = 0;  /* nobody to send to: report CLOSED */
-        int rc = flush_requests(self, deadline, &closed);
-        if (rc == -2) return NULL;
-        if (rc == -3) return result(R_TIMEOUT, offset, NULL);
-        if (rc == -1) return result(closed ? R_CLOSED : R_ERROR, offset, PyLong_FromLong(errno));
-        /* frame what has arrived; wait only when nothing complete is buffered */
-        int progressed = 0;
-        for (;;) {
-            Py_ssize_t avail = self->rlen - self->rpos;
-            if (avail < 4) break;
-            const uint8_t *f = (const uint8_t *)self->rbuf + self->rpos;
-            int32_t length = rd32(f);
-            if (length < 4 || (int64_t)length + 4 > MAX_FRAME) {
-                Py_XDECREF(foreign);
-                return result(R_PROTOCOL, offset, NULL);
-            }
-            if (avail - 4 < length) break;
-            const uint8_t *payload = f + 4;
-            head_t h;
-            Py_ssize_t body_at = 0;
-            int pr = parse_frame(payload, length, &h, &body_at);
-            if (pr < 0) {
-                Py_XDECREF(foreign);
-                return result(R_PROTOCOL, offset, NULL);
-            }
-            int k = -1;
-            if (pr == 0 && (h.flag & 1)) {
-                for (int j = 0; j < self->nflights; j++)
-                    if (self->flights[j].opaque == h.opaque && !self->flights[j].arrived) { k = j; break; }
-            }
-            if (k >= 0 && self->flights[k].offset == offset && self->out_msgs < max_msgs &&
-                self->olen < max_bytes) {
-                /* the answer for the current offset, in order: no copy before the output */
-                flight_t *fl = &self->flights[k];
-                fl->head = h;
-                fl->body_at = body_at;
-                if (plain_found(self, fl)) {
-                    self->rpos += 4 + length;
-                    self->consumed += 4 + length;
-                    if (consume_frame(self, k, payload, length, &offset) < 0) {
-                        Py_XDECREF(foreign);
-                        return NULL;
-                    }
-                    progressed = 1;
-                    deadline = now_s() + timeout;
-                    continue;
-                }
-            }
-            if (k >= 0) {
-                flight_t *fl = &self->flights[k];
-                fl->frame = PyMem_Malloc(length ? length : 1);
-                if (!fl->frame) { Py_XDECREF(foreign); return PyErr_NoMemory(); }
-                memcpy(fl->frame, payload, length);
-                fl->frame_len = length;
-                fl->body_at = body_at;
-                fl->head = h;
-                fl->arrived = 1;
-                progressed = 1;
-            } else if (!(pr == 0 && (h.flag & 1) && is_dropped(self, h.opaque))) {
-                if (!foreign && !(foreign = PyList_New(0))) return NULL;
-                PyObject *fr = PyBytes_FromStringAndSize((const char *)payload, length);
-                if (!fr || PyList_Append(foreign, fr) < 0) {
-                    Py_XDECREF(fr);
-                    Py_DECREF(foreign);
-                    return NULL;
-                }
-                Py_DECREF(fr);
-            }
-            self->rpos += 4 + length;
-            self->consumed += 4 + length;
-        }
-        if (foreign) return result(R_FOREIGN, offset, foreign);
-        if (progressed) continue;
-        if (closed) return result(R_CLOSED, offset, NULL);
-        double left = deadline - now_s();
-        if (left <= 0) return result(R_TIMEOUT, offset, NULL);
-        if (self->transport) {
-            if (transport_recv(self, left, &closed) < 0) return NULL;
-            continue;
-        }
-        struct pollfd pfd = {self->fd, POLLIN, 0};
-        int ready;
-        Py_BEGIN_ALLOW_THREADS
-        ready = poll(&pfd, 1, (int)(left * 1000) + 1);
-        Py_END_ALLOW_THREADS
-        if (ready < 0 && errno != EINTR) return result(R_ERROR, offset, PyLong_FromLong(errno));
-        if (ready < 0 && PyErr_CheckSignals() < 0) return NULL;  /* e.g. Ctrl-C: raise it now */
-        if (ready > 0) {
-            int got = recv_some(self, &closed);
-            if (got == -2) return NULL;
-            if (got == -1) return result(R_ERROR, offset, PyLong_FromLong(errno));
-        }
+        if (foreign) return result(R_FOREIGN, run.offset, foreign);
+        if (framed) continue;
+        if (run.closed) return result(R_CLOSED, run.offset, NULL);
+        if (wait_and_receive(self, &run, &out)) return out;
     }
 }
 
@@ -866,19 +937,10 @@ static PyObject *Puller_rest(Puller *self, PyObject *noargs) {
 static int keep_answer(Puller *self, const uint8_t *payload, Py_ssize_t length) {
     head_t h;
     Py_ssize_t body_at = 0;
-    if (parse_frame(payload, length, &h, &body_at) != 0 || !(h.flag & 1)) return 0;
-    for (int j = 0; j < self->nflights; j++) {
-        flight_t *fl = &self->flights[j];
-        if (fl->opaque != h.opaque || fl->arrived) continue;
-        fl->frame = PyMem_Malloc(length ? length : 1);
-        if (!fl->frame) return -1;
-        memcpy(fl->frame, payload, length);
-        fl->frame_len = length;
-        fl->body_at = body_at;
-        fl->head = h;
-        fl->arrived = 1;
-        return 1;
-    }
+    int parsed = parse_frame(payload, length, &h, &body_at);
+    if (parsed != 0 || !(h.flag & 1)) return 0;
+    int k = flight_answered(self, parsed, &h);
+    if (k >= 0) return keep_for_later(self, k, payload, length, &h, body_at) < 0 ? -1 : 1;
     return is_dropped(self, h.opaque) ? 1 : 0;
 }
 
@@ -889,7 +951,7 @@ static PyObject *Puller_offer(Puller *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*", &b)) return NULL;
     int rc = keep_answer(self, b.buf, b.len);
     PyBuffer_Release(&b);
-    if (rc < 0) return PyErr_NoMemory();
+    if (rc < 0) return NULL;  /* out of memory */
     return PyBool_FromLong(rc);
 }
 
@@ -1079,7 +1141,5 @@ int rmq_pull_register(PyObject *module) {
         return -1;
     }
     if (PyModule_AddFunctions(module, pull_functions) < 0) return -1;
-    /* the loop signs requests (signer=) and runs over TLS (transport=) */
-    if (PyModule_AddIntConstant(module, "PULL_SECURE", 1) < 0) return -1;
     return 0;
 }
