@@ -161,17 +161,18 @@ _text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
        props=st.dictionaries(_text, _text, max_size=3), group=st.one_of(st.none(), _text),
        delay=st.integers(0, 18), namespace=_text, now_ms=st.integers(0, 2 ** 42),
        topic=st.text("abcXYZ_-%|09", min_size=1, max_size=20))
-def test_to_proto_carries_every_field_of_the_message(body, tags, keys, props, group, delay,
-                                                     namespace, now_ms, topic):
+def test_a_request_carries_every_field_of_the_message(body, tags, keys, props, group, delay,
+                                                      namespace, now_ms, topic):
     from rocketmq_spark.client import Message
     from rocketmq_spark.client.grpc import convert
+    from rocketmq_spark.client.grpc.send_calls import build_request
 
     if group and delay:
         delay = 0
     m = Message(topic, body, tags=tags, keys=keys, properties=props, sharding_key=group or None,
                 delay_level=delay, uniq_key="ID-1")
-    sent = service.SendMessageRequest.FromString(service.SendMessageRequest(
-        messages=[convert.to_proto(m, namespace, now_ms)]).SerializeToString()).messages[0]
+    sent = service.SendMessageRequest.FromString(build_request(
+        [convert.message_fields(m, namespace, now_ms)]).SerializeToString()).messages[0]
     system = sent.system_properties
     assert (sent.topic.name, sent.topic.resource_namespace, sent.body) == (topic, namespace, body)
     assert dict(sent.user_properties) == props
@@ -190,17 +191,18 @@ def test_to_proto_carries_every_field_of_the_message(body, tags, keys, props, gr
         (now_ms + convert.DELAY_LEVEL_SECONDS[delay - 1] * 1000 if delay else None)
 
 
-def test_to_proto_refuses_what_the_5x_api_cannot_carry():
+def test_message_fields_refuse_what_the_5x_api_cannot_carry():
     from rocketmq_spark.client import Message
     from rocketmq_spark.client.grpc import convert
 
     with pytest.raises(ValueError, match="flag"):
-        convert.to_proto(Message("T", b"x", flag=1))
+        convert.message_fields(Message("T", b"x", flag=1), "", 0)
     with pytest.raises(ValueError, match="both"):
-        convert.to_proto(Message("T", b"x", sharding_key="g", delay_level=1))
+        convert.message_fields(Message("T", b"x", sharding_key="g", delay_level=1), "", 0)
     with pytest.raises(ValueError, match="delay_level must be 1-18"):
-        convert.to_proto(Message("T", b"x", delay_level=19))
-    assert convert.to_proto(Message("T", b"x")).system_properties.message_id  # a fresh id
+        convert.message_fields(Message("T", b"x", delay_level=19), "", 0)
+    fresh = convert.message_fields(Message("T", b"x"), "", 0)["system_properties"]
+    assert fresh["message_id"]
 
 
 def test_a_send_becomes_one_call_per_message_fifo_ones_last_in_their_groups_queues():
@@ -256,13 +258,14 @@ def test_the_official_client_reads_our_requests():
 
     from rocketmq_spark.client import Message
     from rocketmq_spark.client.grpc import convert
+    from rocketmq_spark.client.grpc.send_calls import build_request
 
     now = 1_700_000_000_123
     messages = [Message("Orders", "body ✓".encode(), tags="created", keys=["k1", "k 2"],
                         properties={"region": "eu", "ü": "ß"}, uniq_key="A1"),
                 Message("Orders", b"\x00" * 300, sharding_key="customer-9", uniq_key="A2"),
                 Message("Orders", b"x", delay_level=3, uniq_key="A3")]
-    lines = "\n".join(service.SendMessageRequest(messages=[convert.to_proto(m, "ns1", now)])
+    lines = "\n".join(build_request([convert.message_fields(m, "ns1", now)])
                       .SerializeToString().hex() for m in messages)
     proc = subprocess.run([str(ROOT / ".venv-grpc-peer" / "bin" / "python"), "-c",
                            OFFICIAL_PARSE], input=lines, capture_output=True, text=True,

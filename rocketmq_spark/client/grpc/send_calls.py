@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, List, NamedTuple, Sequence
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Sequence
 
 from ..errors import ClientClosed, RequestTimeout
 from ..producer import Message
@@ -65,27 +65,36 @@ def plan_calls(messages: Sequence[Message], route: TopicRoute, namespace: str,
     """The calls that send ``messages`` (one topic), in the order they should start: the
     plain messages (packed in one call when ``multi_message_calls``), then the FIFO ones."""
     now_ms = int(time.time() * 1000)
-    protos = [convert.to_proto(m, namespace, now_ms) for m in messages]
-    ids = [p.system_properties.message_id for p in protos]
+    fields = [convert.message_fields(m, namespace, now_ms) for m in messages]
+    ids = [f["system_properties"]["message_id"] for f in fields]
     topic = messages[0].topic
     unknown = MessageQueue(topic, "", convert.UNKNOWN_QUEUE_ID)
     calls: List[Call] = []
     plain = [i for i, m in enumerate(messages) if not m.sharding_key]
     if multi_message_calls and len(plain) > 1:
-        request = service.SendMessageRequest(messages=[protos[i] for i in plain])
-        calls.append(Call(request, None, on_done,
+        calls.append(Call(build_request(fields[i] for i in plain), None, on_done,
                           CallContext(plain, [ids[i] for i in plain], unknown)))
         plain = []
     for i in plain:
-        calls.append(Call(service.SendMessageRequest(messages=(protos[i],)), None, on_done,
+        calls.append(Call(build_request((fields[i],)), None, on_done,
                           CallContext((i,), (ids[i],), unknown)))
     for i, message in enumerate(messages):
         group = message.sharding_key
         if group:
             queue = queue_for_group(route.queues, group) if route.queues else unknown
-            calls.append(Call(service.SendMessageRequest(messages=(protos[i],)), group,
-                              on_done, CallContext((i,), (ids[i],), queue)))
+            calls.append(Call(build_request((fields[i],)), group, on_done,
+                              CallContext((i,), (ids[i],), queue)))
     return calls
+
+
+def build_request(messages: Iterable[Dict[str, Any]]) -> service.SendMessageRequest:
+    """A SendMessageRequest of messages given as :func:`convert.message_fields`, each built
+    in place."""
+    request = service.SendMessageRequest()
+    add = request.messages.add
+    for fields in messages:
+        add(**fields)
+    return request
 
 
 class SendBudget:
