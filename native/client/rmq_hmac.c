@@ -6,8 +6,16 @@
  * requests a second, each with a new queueOffset, so each needs its own signature. Python's
  * hmac module is the reference (rocketmq_spark/client/acl.py, and tests hold this code equal
  * to it for random keys and inputs); this copy exists so the loop can sign without the GIL or
- * a call into Python, and without linking OpenSSL's libcrypto, whose headers a clean build
- * machine may not have.
+ * a call into Python.
+ *
+ * Why not OpenSSL's libcrypto: a plain `pip install` cannot count on it. Building the sdist
+ * against it needs the headers and the unversioned libcrypto.so link, which come with the
+ * development package (libssl-dev), not with Python; a manylinux wheel may not link the
+ * system's libcrypto (auditwheel would bundle a second copy); and borrowing the copy Python
+ * itself loaded (dlsym through _hashlib) fails where Python links OpenSSL statically without
+ * exporting it (python-build-standalone, the Pythons uv installs), so this code would have to
+ * stay as a fallback anyway. OpenSSL's HMAC context would also keep a copy of the key, where
+ * this keeps only the padded-key states.
  *
  * Keys: the caller hands the secret over once; only the two padded-key states are kept (they
  * are as sensitive as the secret and are wiped when the loop goes away). Nothing here formats
