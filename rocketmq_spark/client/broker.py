@@ -52,7 +52,8 @@ class Subscription:
     expression: str = "*"
 
 
-def _cmd(code: int, fields: Optional[Dict[str, object]] = None, body: bytes = b"") -> RemotingCommand:
+def _cmd(code: int, fields: Optional[Dict[str, object]] = None, body: bytes = b""
+         ) -> RemotingCommand:
     ext = {}
     for key, value in (fields or {}).items():
         if value is None:
@@ -156,11 +157,6 @@ class BrokerClient:
         return self._one_offset("timestamp", address, mq, timestamp_ms=timestamp_ms,
                                 timeout=timeout)
 
-    def query_consumer_offset(self, address: str, mq: MessageQueue, group: str,
-                              timeout: Optional[float] = None) -> Optional[int]:
-        """The group's committed offset (next to consume), or ``None`` when none is stored."""
-        return self._one_offset("committed", address, mq, group=group, timeout=timeout)
-
     def get_earliest_msg_store_time(self, address: str, mq: MessageQueue,
                                     timeout: Optional[float] = None) -> int:
         """Store time (ms) of the message at the min offset; -1 for an empty queue."""
@@ -168,15 +164,6 @@ class BrokerClient:
             "topic": mq.topic, "queueId": mq.queue_id, "bname": mq.broker_name}),
             "GET_EARLIEST_MSG_STORETIME", timeout)
         return self._offset(r, "timestamp", address, "GET_EARLIEST_MSG_STORETIME")
-
-    def update_consumer_offset(self, address: str, mq: MessageQueue, group: str, offset: int,
-                               oneway: bool = False, timeout: Optional[float] = None) -> None:
-        """Commit ``offset`` as the group's next offset to consume."""
-        cmd = update_offset_command(mq, group, offset)
-        if oneway:
-            self.remoting.invoke_oneway(address, cmd)
-        else:
-            self._call(address, cmd, "UPDATE_CONSUMER_OFFSET", timeout)
 
     def queue_offsets(self, kind: str, targets: Sequence[Tuple[str, MessageQueue]],
                       group: Optional[str] = None, timestamp_ms: Optional[int] = None,
@@ -305,12 +292,6 @@ class BrokerClient:
             self._call(address, cmd, "UNLOCK_BATCH_MQ", timeout)
 
     # ------------------------------------------------------------------ sending
-
-    def send_message(self, address: str, broker_name: str, *, timeout: Optional[float] = None,
-                     **fields) -> SendResponse:
-        """Send and wait; see :meth:`send_message_async` for the fields."""
-        return self.send_wait(address, self.send_message_async(address, broker_name, **fields),
-                              timeout)
 
     def send_message_async(self, address: str, broker_name: str, *, producer_group: str,
                            topic: str, queue_id: int, body: bytes, properties: str = "",

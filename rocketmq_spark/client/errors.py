@@ -1,7 +1,8 @@
 """The exceptions of the RocketMQ client: one base class, so callers catch what they mean.
 
-Messages never include secrets: credentials are held in :class:`~rocketmq_spark.client.acl.Credentials`,
-whose repr hides the secret, and no error formats a request's signature.
+Messages never include secrets: credentials are held in
+:class:`~rocketmq_spark.client.acl.Credentials`, whose repr hides the secret, and no error formats
+a request's signature.
 """
 from __future__ import annotations
 

@@ -92,9 +92,6 @@ class NameServerClient:
             ext_fields={"topic": topic, "acceptStandardJsonOnly": "true"}),
             "GET_ROUTEINFO_BY_TOPIC", handle)
 
-    def invalidate(self, topic: str) -> None:
-        self._routes.pop(topic, None)
-
     def cluster_info(self) -> ClusterInfo:
         def handle(r: RemotingCommand, address: str) -> ClusterInfo:
             if r.code != ResponseCode.SUCCESS:

@@ -20,8 +20,10 @@ from .config import ClientConfig
 from .errors import BrokerUnavailable, RocketMQError, RouteNotFound
 from .nameserver import NameServerClient
 from .send_pipeline import SEND_OK, Outgoing, SendPipeline
-from .protocol import message as M
-from .protocol import properties as P
+from .protocol import properties
+from .protocol.message import (
+    COMPRESSION_ZLIB, BatchEntry, compress_body, encode_batch, new_uniq_key,
+)
 from .protocol.codes import DEFAULT_TOPIC, SEND_V2_KEYS
 from .protocol.route import MessageQueue, TopicRouteData
 from .pull import is_transient
@@ -63,15 +65,16 @@ class Message:
     def property_map(self, uniq_key: str) -> Dict[str, str]:
         props = dict(self.properties)
         if self.keys:
-            props[P.KEYS] = self.keys if isinstance(self.keys, str) else " ".join(self.keys)
+            keys = self.keys if isinstance(self.keys, str) else " ".join(self.keys)
+            props[properties.KEYS] = keys
         if self.tags:
-            props[P.TAGS] = self.tags
+            props[properties.TAGS] = self.tags
         if self.sharding_key:
-            props[P.SHARDING_KEY] = self.sharding_key
+            props[properties.SHARDING_KEY] = self.sharding_key
         if self.delay_level:
-            props[P.DELAY] = str(self.delay_level)
-        props.setdefault(P.UNIQ_KEY, self.uniq_key or uniq_key)
-        props.setdefault(P.WAIT, "true")
+            props[properties.DELAY] = str(self.delay_level)
+        props.setdefault(properties.UNIQ_KEY, self.uniq_key or uniq_key)
+        props.setdefault(properties.WAIT, "true")
         return props
 
 
@@ -122,12 +125,12 @@ class EncodedRun:
         return len(self.ids)
 
 
-BATCH_HEADER_PROPERTIES = P.encode_properties({P.WAIT: "true"})
+BATCH_HEADER_PROPERTIES = properties.encode_properties({properties.WAIT: "true"})
 
 
 def queue_for_key(queues: Sequence[MessageQueue], key: str) -> MessageQueue:
     """The queue Java's ``SelectMessageQueueByHash`` picks: |String.hashCode()| mod n."""
-    return queues[abs(P.java_string_hash(key)) % len(queues)]
+    return queues[abs(properties.java_string_hash(key)) % len(queues)]
 
 
 class Producer:
@@ -144,7 +147,7 @@ class Producer:
 
     def __init__(self, name_server: Union[str, Sequence[str]],
                  group: str = "rocketmq-spark-producer", config: Optional[ClientConfig] = None,
-                 compress_over: int = 4096, compression: int = M.COMPRESSION_ZLIB,
+                 compress_over: int = 4096, compression: int = COMPRESSION_ZLIB,
                  default_topic_queue_nums: int = 4, send_timeout: float = 5.0, retries: int = 2,
                  max_message_size: int = MAX_MESSAGE_SIZE, max_in_flight_per_broker: int = 4,
                  accept: Iterable[str] = (SEND_OK,)):
@@ -241,11 +244,11 @@ class Producer:
     def encode(self, message: Message) -> EncodedRequest:
         """One message as a single send; bodies of ``compress_over`` bytes or more are
         compressed."""
-        uniq = message.uniq_key or M.new_uniq_key()
+        uniq = message.uniq_key or new_uniq_key()
         body, sys_flag = bytes(message.body), 0
         if self.compress_over >= 0 and len(body) >= self.compress_over:
-            body, sys_flag = M.compress_body(body, self.compression)
-        props = P.encode_properties(message.property_map(uniq))
+            body, sys_flag = compress_body(body, self.compression)
+        props = properties.encode_properties(message.property_map(uniq))
         self.check_size(message.topic, len(body), len(props.encode()),
                         raw_size=len(message.body))
         return EncodedRequest(body, props, sys_flag, message.flag, False, uniq)
@@ -262,13 +265,13 @@ class Producer:
                 raise ValueError("all messages of a batch must have the same topic")
             if m.delay_level:
                 raise ValueError("a message with a delay level cannot be sent in a batch")
-            uniq = m.uniq_key or M.new_uniq_key()
+            uniq = m.uniq_key or new_uniq_key()
             first = first or uniq
-            props = P.encode_properties(m.property_map(uniq))
+            props = properties.encode_properties(m.property_map(uniq))
             body = bytes(m.body)
             self.check_size(topic, len(body), len(props.encode()))
-            entries.append(M.BatchEntry(body, props, m.flag))
-        return EncodedRequest(M.encode_batch(entries), BATCH_HEADER_PROPERTIES, 0, 0, True,
+            entries.append(BatchEntry(body, props, m.flag))
+        return EncodedRequest(encode_batch(entries), BATCH_HEADER_PROPERTIES, 0, 0, True,
                               first or "")
 
     # ------------------------------------------------------------------ the Sender protocol
@@ -314,14 +317,10 @@ class Producer:
         return [(conn, f) for f in futures]
 
     def finish(self, handle: Any, timeout: float) -> List[SendResult]:
-        """The answer to :meth:`start` (one result per request of a run); raises for a
-        refusal or a lost connection."""
+        """The answer to a request :meth:`start` sent (an :class:`EncodedRequest`; a run's
+        answers are collected by its sender, see :func:`~.transaction.collect_half_answers`);
+        raises for a refusal or a lost connection."""
         address, pending, queue, first_id = handle
-        if isinstance(first_id, list):
-            deadline = time.monotonic() + timeout
-            return [self._result(queue, uniq, self.brokers.send_wait(
-                        address, p, max(deadline - time.monotonic(), 0.0)), address)
-                    for p, uniq in zip(pending, first_id)]
         return [self._result(queue, first_id,
                              self.brokers.send_wait(address, pending, timeout), address)]
 

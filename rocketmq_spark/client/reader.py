@@ -292,8 +292,8 @@ class QueueRangeReader:
     def decode_batch(self, data, pieces: Callable[[], Tuple[List, List[int]]]
                      ) -> pa.RecordBatch:
         """The records of ``data`` in this range (and, with a tag filter, matching it) as
-        one batch. ``data``: the bodies of a batch back to back; ``pieces()`` gives each pull's body and
-        the offset it started at, asked for only to report a corrupt record."""
+        one batch. ``data``: the bodies of a batch back to back; ``pieces()`` gives each
+        pull's body and the offset it started at, asked for only to report a corrupt record."""
         s = self.settings
         try:
             batch = decode_columns(data, verify_crc=s.verify_crc,

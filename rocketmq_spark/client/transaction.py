@@ -29,8 +29,8 @@ from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Sequenc
 from .broker import SEND_STATUS_OF_CODE, BrokerClient, _cmd
 from .connection import Connection, ResponseFuture
 from .errors import ProtocolError, RocketMQError
-from .protocol import message as M
-from .protocol import properties as P
+from .protocol.message import MessageExt, commit_log_offset_of, decode_message
+from .protocol.properties import UNIQ_KEY
 from .protocol.codes import RequestCode
 from .protocol.frame import FLAG_ONEWAY, RemotingCommand
 from .pull import response_error
@@ -49,8 +49,6 @@ TRANSACTION_ROLLBACK_TYPE = 0xC
 
 TRAN_MSG = "TRAN_MSG"
 PGROUP = "PGROUP"
-TRANSACTION_ID = "__transactionId__"
-PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
 CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
@@ -94,15 +92,6 @@ class HalfHandle(NamedTuple):
         return cls(str(t[0]), str(t[1]), str(t[2]), int(t[3]), int(t[4]), str(t[5]))
 
 
-def handle_from_send(broker_name: str, address: str, uniq_key: str, offset_msg_id: str,
-                     queue_offset: int, transaction_id: str = "") -> HalfHandle:
-    """The handle of a half message from its send response (``msgId`` is the broker's
-    offset message id: store host + commit-log offset)."""
-    return HalfHandle(broker_name, address, uniq_key, int(queue_offset),
-                      M.commit_log_offset_of(offset_msg_id.split(",")[0]),
-                      transaction_id or uniq_key)
-
-
 class HalfRun(NamedTuple):
     """The answers to a run of half-message sends: the worst send status among them and the
     handles of the ones the broker stored, in send order."""
@@ -143,7 +132,7 @@ def collect_half_answers(address: str, broker_name: str,
             msg_id = f["msgId"]
             handles.append(HalfHandle(
                 broker_name, address, uniq, int(f["queueOffset"]),
-                M.commit_log_offset_of(msg_id if len(msg_id) == 32 else msg_id.split(",")[0]),
+                commit_log_offset_of(msg_id if len(msg_id) == 32 else msg_id.split(",")[0]),
                 f.get("transactionId") or uniq))
         except RocketMQError as exc:
             failure = failure or exc
@@ -226,7 +215,7 @@ class CheckRequest:
     msg_id: str
     transaction_id: str
     offset_msg_id: str
-    message: Optional[M.MessageExt]
+    message: Optional[MessageExt]
 
     @property
     def properties(self) -> Dict[str, str]:
@@ -234,7 +223,7 @@ class CheckRequest:
 
     @property
     def uniq_key(self) -> str:
-        return self.properties.get(P.UNIQ_KEY) or self.msg_id
+        return self.properties.get(UNIQ_KEY) or self.msg_id
 
     @property
     def group(self) -> str:
@@ -252,7 +241,7 @@ def parse_check_request(address: str, cmd: RemotingCommand) -> CheckRequest:
     message = None
     if cmd.body:
         try:
-            message = M.decode_message(cmd.body, 0, len(cmd.body), verify_crc=False,
+            message = decode_message(cmd.body, 0, len(cmd.body), verify_crc=False,
                                        decompress=False)[0]
         except Exception as exc:  # a bad body: answer from the header alone
             log.warning("CHECK_TRANSACTION_STATE from %s has an undecodable message: %s",

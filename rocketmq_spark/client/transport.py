@@ -62,7 +62,8 @@ class TlsTransport:
     runs under ``_ssl_lock``, and encrypted bytes leave in order under ``_send_lock``.
     """
 
-    def __init__(self, sock: socket.socket, context: ssl.SSLContext, server_hostname: Optional[str]):
+    def __init__(self, sock: socket.socket, context: ssl.SSLContext,
+                 server_hostname: Optional[str]):
         self.sock = sock
         self.handshake_head = b""  # the peer's first bytes, to name what it speaks on failure
         self._in = ssl.MemoryBIO()

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import MessageDecodeError
-from . import properties as P
+from .properties import KEYS, TAGS, UNIQ_KEY, decode_properties
 
 MAGIC_V1 = -626843481  # 0xDAA320A7
 MAGIC_V2 = -626843477  # 0xDAA320AB
@@ -75,20 +75,21 @@ class MessageExt:
 
     @property
     def tags(self) -> Optional[str]:
-        return self.properties.get(P.TAGS)
+        return self.properties.get(TAGS)
 
     @property
     def keys(self) -> Optional[str]:
-        return self.properties.get(P.KEYS)
+        return self.properties.get(KEYS)
 
     @property
     def uniq_key(self) -> Optional[str]:
-        return self.properties.get(P.UNIQ_KEY)
+        return self.properties.get(UNIQ_KEY)
 
     @property
     def msg_id(self) -> str:
-        """What Java's ``getMsgId()`` returns: the client id (UNIQ_KEY) if any, else the offset id."""
-        return self.properties.get(P.UNIQ_KEY) or self.offset_msg_id
+        """What Java's ``getMsgId()`` returns: the client id (UNIQ_KEY) if any, else the
+        offset id."""
+        return self.properties.get(UNIQ_KEY) or self.offset_msg_id
 
     @property
     def compressed(self) -> bool:
@@ -309,7 +310,7 @@ def decode_message(buf, pos: int = 0, end: Optional[int] = None, verify_crc: boo
         raise MessageDecodeError(f"topic is not UTF-8: {exc.reason}", topic_pos + exc.start,
                                  buf, queue_offset) from None
     try:
-        props = P.decode_properties(bytes(buf[props_pos:props_pos + props_len]).decode("utf-8"))
+        props = decode_properties(bytes(buf[props_pos:props_pos + props_len]).decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise MessageDecodeError(f"properties are not UTF-8: {exc.reason}", props_pos + exc.start,
                                  buf, queue_offset) from None

@@ -19,7 +19,8 @@ MAX_OFFSET = "MAX_OFFSET"
 
 
 def encode_properties(props: Mapping[str, str], trailing_separator: bool = True) -> str:
-    """Properties text. ``trailing_separator=False`` is the 4.9.1-5.1.4 form (no final ``\\x02``)."""
+    """Properties text. ``trailing_separator=False`` is the 4.9.1-5.1.4 form (no final
+    ``\\x02``)."""
     for name, value in props.items():
         for text in (name, value):
             if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from dataclasses import dataclass
 from typing import List, Optional
 
 import numpy as np
@@ -21,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import MessageDecodeError
-from . import message as M
+from . import message
 from .pull_decode import SCHEMA
 
 _TOTAL = struct.Struct(">i")
@@ -54,7 +55,7 @@ def first_fault(body, end: int, verify_crc: bool) -> None:
     Only called once a fault is known to exist; returns if it finds none."""
     pos = 0
     while pos < end:
-        _, pos = M.decode_message(body, pos, end, verify_crc=verify_crc, decompress=False)
+        _, pos = message.decode_message(body, pos, end, verify_crc=verify_crc, decompress=False)
 
 
 def walk(body, end: Optional[int] = None, verify_crc: bool = True) -> np.ndarray:
@@ -68,7 +69,7 @@ def walk(body, end: Optional[int] = None, verify_crc: bool = True) -> np.ndarray
         while pos < end:
             append(pos)
             size = unpack(body, pos)[0]
-            if size < M.MIN_RECORD_SIZE:
+            if size < message.MIN_RECORD_SIZE:
                 break
             pos += size
     except struct.error:
@@ -115,7 +116,7 @@ def _hosts(u8: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> pa.Array:
     texts = []
     for k, is_v6 in zip(uniq, v6[np.unique(inverse, return_index=True)[1]]):
         b = bytes(k)
-        texts.append(M.unpack_host(b if is_v6 else b[:8]))
+        texts.append(message.unpack_host(b if is_v6 else b[:8]))
     return pa.array(texts, pa.string()).take(pa.array(inverse.astype(np.int32).reshape(-1)))
 
 
@@ -134,94 +135,147 @@ def _hex_ids(u8: np.ndarray, host_pos: np.ndarray, host_len: np.ndarray,
                                                       pa.py_buffer(text.tobytes())])
     ids = []
     for h, hl, p in zip(host_pos, host_len, phys_pos):
-        ids.append(M.offset_msg_id(u8[h:h + hl].tobytes(),
+        ids.append(message.offset_msg_id(u8[h:h + hl].tobytes(),
                                    int.from_bytes(u8[p:p + 8].tobytes(), "big", signed=True)))
     return pa.array(ids, pa.string())
 
 
-def decode(data: bytes, verify_crc: bool) -> pa.RecordBatch:
-    """The pure-Python twin of the C accelerator (numpy and Arrow do the per-row work)."""
-    end = len(data)
-    starts = walk(data, end, verify_crc)
-    n = len(starts)
-    u8 = np.frombuffer(data, dtype=np.uint8)
-    buf = pa.py_buffer(data)
-    if n == 0:
-        return pa.RecordBatch.from_pylist([], schema=SCHEMA)
+@dataclass
+class _Records:
+    """Where each record of a body keeps its fields (one numpy array per field, a row per
+    record), and the fixed-width fields themselves."""
 
+    starts: np.ndarray
+    queue_id: np.ndarray
+    flag: np.ndarray
+    queue_offset: np.ndarray
+    physical: np.ndarray
+    sys_flag: np.ndarray
+    born_ts: np.ndarray
+    born_v6: np.ndarray
+    store_v6: np.ndarray
+    store_ts: np.ndarray
+    store_host_pos: np.ndarray
+    store_len: np.ndarray
+    reconsume: np.ndarray
+    crc: np.ndarray
+    body_pos: np.ndarray
+    body_end: np.ndarray
+    topic_pos: np.ndarray
+    topic_end: np.ndarray
+    props_pos: np.ndarray
+    props_end: np.ndarray
+
+
+class _Refusal:
+    """Raises the decoder's error for the first record a vectorised check fails."""
+
+    def __init__(self, data: bytes, starts: np.ndarray, queue_offset: np.ndarray,
+                 verify_crc: bool):
+        self.data, self.starts, self.queue_offset = data, starts, queue_offset
+        self.verify_crc = verify_crc
+
+    def check(self, bad: np.ndarray) -> None:
+        if bad.any():
+            # An earlier record may have another fault (found by a later check here).
+            first_fault(self.data, len(self.data), self.verify_crc)
+            i = int(np.argmax(bad))
+            raise MessageDecodeError("record fails validation", int(self.starts[i]), self.data,
+                                     int(self.queue_offset[i]))
+
+
+def _locate(data: bytes, u8: np.ndarray, starts: np.ndarray, verify_crc: bool) -> _Records:
+    """Read the fixed-width fields and find the variable ones, checking that every length
+    stays inside its record (the same checks, in the same order, as the C decoder)."""
+    end = len(data)
     totals = _be(u8, starts, 4, ">i4").astype(np.int64)
     magic = _be(u8, starts + 4, 4, ">i4")
-    crc = _be(u8, starts + 8, 4, ">i4")
-    queue_id = _be(u8, starts + 12, 4, ">i4")
-    flag = _be(u8, starts + 16, 4, ">i4")
     queue_offset = _be(u8, starts + 20, 8, ">i8")
-    physical = _be(u8, starts + 28, 8, ">i8")
     sys_flag = _be(u8, starts + 36, 4, ">i4")
-    born_ts = _be(u8, starts + 40, 8, ">i8")
-    born_v6 = (sys_flag & M.SYSFLAG_BORNHOST_V6) != 0
-    store_v6 = (sys_flag & M.SYSFLAG_STOREHOST_V6) != 0
-    born_len = np.where(born_v6, 20, 8)
+    born_v6 = (sys_flag & message.SYSFLAG_BORNHOST_V6) != 0
+    store_v6 = (sys_flag & message.SYSFLAG_STOREHOST_V6) != 0
     store_len = np.where(store_v6, 20, 8)
-    store_ts_pos = starts + 48 + born_len
+    store_ts_pos = starts + 48 + np.where(born_v6, 20, 8)
     store_host_pos = store_ts_pos + 8
     reconsume_pos = store_host_pos + store_len
     body_len_pos = reconsume_pos + 12
     rec_end = starts + totals
+    refuse = _Refusal(data, starts, queue_offset, verify_crc)
 
-    def bad(mask: np.ndarray) -> None:
-        if mask.any():
-            # An earlier record may have another fault (found by a later check here).
-            first_fault(data, end, verify_crc)
-            i = int(np.argmax(mask))
-            raise MessageDecodeError("record fails validation", int(starts[i]), data,
-                                     int(queue_offset[i]))
-
-    bad(((magic != M.MAGIC_V1) & (magic != M.MAGIC_V2)) | (body_len_pos + 4 > rec_end))
-    store_ts = _be(u8, store_ts_pos, 8, ">i8")
-    reconsume = _be(u8, reconsume_pos, 4, ">i4")
+    refuse.check(((magic != message.MAGIC_V1) & (magic != message.MAGIC_V2))
+                 | (body_len_pos + 4 > rec_end))
     body_len = _be(u8, body_len_pos, 4, ">i4").astype(np.int64)
     body_pos = body_len_pos + 4
     body_end = body_pos + body_len
-    v2 = magic == M.MAGIC_V2
-    bad((body_len < 0) | (body_end + np.where(v2, 2, 1) > rec_end))
+    v2 = magic == message.MAGIC_V2
+    refuse.check((body_len < 0) | (body_end + np.where(v2, 2, 1) > rec_end))
     topic_len = np.where(v2, _be(u8, np.minimum(body_end, end - 2), 2, ">i2"),
                          _be(u8, body_end, 1, ">i1")).astype(np.int64)
     topic_pos = body_end + np.where(v2, 2, 1)
     topic_end = topic_pos + topic_len
-    bad((topic_len < 0) | (topic_end + 2 > rec_end))
+    refuse.check((topic_len < 0) | (topic_end + 2 > rec_end))
     props_len = _be(u8, topic_end, 2, ">i2").astype(np.int64)
     props_pos = topic_end + 2
-    bad((props_len < 0) | (props_pos + props_len != rec_end))
+    refuse.check((props_len < 0) | (props_pos + props_len != rec_end))
+    return _Records(
+        starts=starts, queue_id=_be(u8, starts + 12, 4, ">i4"),
+        flag=_be(u8, starts + 16, 4, ">i4"), queue_offset=queue_offset,
+        physical=_be(u8, starts + 28, 8, ">i8"), sys_flag=sys_flag,
+        born_ts=_be(u8, starts + 40, 8, ">i8"), born_v6=born_v6, store_v6=store_v6,
+        store_ts=_be(u8, store_ts_pos, 8, ">i8"), store_host_pos=store_host_pos,
+        store_len=store_len, reconsume=_be(u8, reconsume_pos, 4, ">i4"),
+        crc=_be(u8, starts + 8, 4, ">i4"), body_pos=body_pos, body_end=body_end,
+        topic_pos=topic_pos, topic_end=topic_end, props_pos=props_pos,
+        props_end=props_pos + props_len)
 
-    if verify_crc:
-        view = memoryview(data)
-        crc32 = zlib.crc32
-        for i, (s, e, c) in enumerate(zip(body_pos.tolist(), body_end.tolist(), crc.tolist())):
-            if crc32(view[s:e]) & 0x7FFFFFFF != c:
-                first_fault(data, end, verify_crc)  # an earlier record may be bad UTF-8
-                raise MessageDecodeError(
-                    f"body CRC mismatch: stored {c:#010x}, computed "
-                    f"{crc32(view[s:e]) & 0x7FFFFFFF:#010x}", int(starts[i]) + 8, data,
-                    int(queue_offset[i]))
 
-    bodies = _slices(buf, body_pos, body_end, n)
+def _check_crcs(data: bytes, records: _Records) -> None:
+    """Every body against its stored CRC (the one per-message Python loop)."""
+    view = memoryview(data)
+    crc32 = zlib.crc32
+    for i, (s, e, c) in enumerate(zip(records.body_pos.tolist(), records.body_end.tolist(),
+                                      records.crc.tolist())):
+        if crc32(view[s:e]) & 0x7FFFFFFF != c:
+            first_fault(data, len(data), True)  # an earlier record may be bad UTF-8
+            raise MessageDecodeError(
+                f"body CRC mismatch: stored {c:#010x}, computed "
+                f"{crc32(view[s:e]) & 0x7FFFFFFF:#010x}", int(records.starts[i]) + 8, data,
+                int(records.queue_offset[i]))
+
+
+def _columns(data: bytes, u8: np.ndarray, records: _Records, verify_crc: bool
+             ) -> pa.RecordBatch:
+    """The batch: variable-width fields cut out of ``data``, the property-derived columns
+    (tags, keys, the client message id) and the offset message ids."""
+    n, buf, r = len(records.starts), pa.py_buffer(data), records
+    bodies = _slices(buf, r.body_pos, r.body_end, n)
     try:
-        topics = _slices(buf, topic_pos, topic_end, n).cast(pa.string())
-        props = _slices(buf, props_pos, props_pos + props_len, n).cast(pa.string())
+        topics = _slices(buf, r.topic_pos, r.topic_end, n).cast(pa.string())
+        props = _slices(buf, r.props_pos, r.props_end, n).cast(pa.string())
     except pa.ArrowInvalid:
         # Decode topic and properties apart (the length between them need not be UTF-8).
-        first_fault(data, end, verify_crc)
+        first_fault(data, len(data), verify_crc)
         raise
-
-    tags = _property(props, "TAGS")
-    keys = _property(props, "KEYS")
+    offset_ids = _hex_ids(u8, r.store_host_pos, r.store_len, r.starts + 28)
     uniq = _property(props, "UNIQ_KEY")
-    offset_ids = _hex_ids(u8, store_host_pos, store_len, starts + 28)
     return pa.RecordBatch.from_arrays([
-        topics, pa.array(queue_id, pa.int32()), pa.array(queue_offset, pa.int64()),
-        pa.array(physical, pa.int64()), pa.array(flag, pa.int32()),
-        pa.array(sys_flag.astype(np.int32), pa.int32()), pa.array(born_ts, pa.int64()),
-        _hosts(u8, starts + 48, born_v6), pa.array(store_ts, pa.int64()),
-        _hosts(u8, store_host_pos, store_v6), pa.array(reconsume, pa.int32()), bodies, props,
-        tags, keys, pc.coalesce(uniq, offset_ids), offset_ids,
+        topics, pa.array(r.queue_id, pa.int32()), pa.array(r.queue_offset, pa.int64()),
+        pa.array(r.physical, pa.int64()), pa.array(r.flag, pa.int32()),
+        pa.array(r.sys_flag.astype(np.int32), pa.int32()), pa.array(r.born_ts, pa.int64()),
+        _hosts(u8, r.starts + 48, r.born_v6), pa.array(r.store_ts, pa.int64()),
+        _hosts(u8, r.store_host_pos, r.store_v6), pa.array(r.reconsume, pa.int32()), bodies,
+        props, _property(props, "TAGS"), _property(props, "KEYS"),
+        pc.coalesce(uniq, offset_ids), offset_ids,
     ], schema=SCHEMA)
+
+
+def decode(data: bytes, verify_crc: bool) -> pa.RecordBatch:
+    """The pure-Python twin of the C accelerator (numpy and Arrow do the per-row work)."""
+    starts = walk(data, len(data), verify_crc)
+    if len(starts) == 0:
+        return pa.RecordBatch.from_pylist([], schema=SCHEMA)
+    u8 = np.frombuffer(data, dtype=np.uint8)
+    records = _locate(data, u8, starts, verify_crc)
+    if verify_crc:
+        _check_crcs(data, records)
+    return _columns(data, u8, records, verify_crc)

@@ -10,7 +10,7 @@
 """
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -181,9 +181,3 @@ def first_index(mask: pa.Array) -> Optional[int]:
     hits = np.flatnonzero(values)
     return int(hits[0]) if len(hits) else None
 
-
-def any_of(masks: Iterable[pa.Array]) -> Optional[pa.Array]:
-    out = None
-    for m in masks:
-        out = m if out is None else pc.or_(out, m)
-    return out
