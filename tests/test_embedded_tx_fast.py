@@ -117,7 +117,7 @@ def start_broker(data_dir: Path, port: int, fast: bool, topics: Dict[str, int],
         log.append = counted
         server = broker.server
         if not fast:
-            server.native_tx = None
+            broker.fast_paths.transactions = None
         clock = itertools.count(1800000000000, 7)
         broker.store.now = lambda: next(clock)
         for topic, queues in topics.items():
@@ -137,7 +137,6 @@ def scenario(data_dir: Path, port: int, fast: bool) -> dict:
     """Run the scenario on a fresh broker; returns everything it stored and answered."""
     cluster, broker, conns = start_broker(data_dir, port, fast, TOPICS, 2, 1)
     try:
-        server = broker.server
         opaque = itertools.count(1)
         answers: List[bytes] = []
 
@@ -258,7 +257,7 @@ def scenario(data_dir: Path, port: int, fast: bool) -> dict:
         store = broker.store
         queues = {f"{t}/{q}": (bytes(cq._buf), list(cq._ends), list(cq._tags), list(cq._times))
                   for (t, q), cq in sorted(store.queues.items())}
-        stats = dict(getattr(server, "native_tx_stats", {}))
+        stats = dict(broker.fast_paths.transaction_stats)
         appends = store.commit_log.appends
     finally:
         cluster.stop()
@@ -337,7 +336,7 @@ def test_c_path_reads_the_store_clock_as_broker_store_now(tmp_path):
         got = times()[seen:]
         assert len(got) == 5 and before <= got[0] and got == sorted(got) and got[-1] <= after
         assert store.last_store_timestamp == got[-1]
-        assert broker.server.native_tx_stats["sends"] == 10
+        assert broker.fast_paths.transaction_stats["sends"] == 10
     finally:
         conn.close()
         cluster.stop()

@@ -27,7 +27,6 @@ COMMIT = 8
 def scenario(data_dir: Path, port: int, fast: bool) -> dict:
     cluster, broker, (conn,) = start_broker(data_dir, port, fast, {"TxA": 2}, 1, 3600)
     try:
-        server = broker.server
         opaque = itertools.count(1)
 
         def send(i, ser=ROCKETMQ):
@@ -68,7 +67,7 @@ def scenario(data_dir: Path, port: int, fast: bool) -> dict:
         # the connection still serves
         answers += conn.exchange([send(9)], 1)
         conn.close()
-        stats = dict(getattr(server, "native_tx_stats", {}))
+        stats = dict(broker.fast_paths.transaction_stats)
         commit_log = (data_dir / "broker-a" / "commitlog").read_bytes()
     finally:
         cluster.stop()

@@ -208,10 +208,11 @@ def _both(cluster, frame: bytes):
     broker = cluster.broker("broker-a")._broker
 
     def run():
-        answers, used = broker.server.native_pulls(frame)
+        answers, used = broker.fast_paths.pulls(frame)
         if not answers:
             return None, None
-        return answers[0], encode_frame(handle_pull(broker, _Conn(), decode_frame(frame)))
+        return answers[0], encode_frame(handle_pull(broker.context, _Conn(),
+                                                    decode_frame(frame)))
     return cluster._call(run)
 
 
@@ -266,12 +267,13 @@ def test_the_readers_pulls_take_the_c_answer(capped):
     fields = decode_frame(template).ext_fields
     for serialize in (SerializeType.ROCKETMQ, SerializeType.JSON):
         frame = _pull_frame(dict(fields, maxMsgNums="32", queueOffset="10"), serialize)
-        answers, used = capped._call(lambda: broker.server.native_pulls(frame + frame))
+        answers, used = capped._call(lambda: broker.fast_paths.pulls(frame + frame))
         assert used == 2 * len(frame) and len(answers) == 2
         answer = decode_frame(answers[0])
         assert answer.serialize_type == serialize and answer.remark == "FOUND"
         assert 10 < int(answer.fields["nextBeginOffset"]) <= 17  # capped: 7 messages, 2000 B
-        python = capped._call(lambda: handle_pull(broker, _Conn(), decode_frame(frame)))
+        python = capped._call(lambda: handle_pull(broker.context, _Conn(),
+                                                  decode_frame(frame)))
         assert answers[0] == encode_frame(python)
 
 

@@ -53,7 +53,8 @@ def _parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                    help="also serve the 5.x proxy's gRPC MessagingService (TLS unless "
                         "--grpc-proxy-plaintext)")
     p.add_argument("--grpc-proxy-port", type=int, default=0, help="proxy port (default: free)")
-    p.add_argument("--grpc-proxy-plaintext", action="store_true", help="serve the proxy without TLS")
+    p.add_argument("--grpc-proxy-plaintext", action="store_true",
+                   help="serve the proxy without TLS")
     p.add_argument("--max-transfer-count", type=int, default=32, help="per-pull message cap")
     p.add_argument("--max-transfer-bytes", type=int, default=256 * 1024, help="per-pull byte cap")
     p.add_argument("--no-auto-create", action="store_true",

@@ -14,15 +14,16 @@ from pathlib import Path
 from typing import Callable, Dict, Mapping, Optional
 
 from ..client.protocol.codes import (
-    DEFAULT_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE, RequestCode,
+    DEFAULT_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE, RequestCode, ResponseCode,
 )
-from ..client.protocol.codes import ResponseCode as RC
 from ..client.protocol.frame import RemotingCommand
 from ..client.protocol.route import dumps_fastjson
 from .consumers import (
     CONSUME_FROM, CONSUME_TYPES, MESSAGE_MODELS, ChannelInfo, ClientRegistry, enum_name,
     subscription_from_heartbeat,
 )
+from .context import BrokerContext
+from .fast_paths import BrokerFastPaths
 from .faults import FaultInjector
 from .headers import HeaderError, java_bool, opt_int, opt_str, req_int, req_long, req_str
 from .long_poll import LongPollService
@@ -34,7 +35,8 @@ from .send import RETRY_PREFIX, SYSTEM_TOPICS, handle_send, validate_topic
 from .server import RemotingServer, ServerConnection
 from .store import BrokerStore, TopicConfig
 from .tls import TlsSettings
-from .transactions import END_TRANSACTION, TransactionService
+from .transaction_check import TransactionCheckService
+from .transactions import END_TRANSACTION, EndTransactionHandler
 
 log = logging.getLogger(__name__)
 
@@ -56,19 +58,25 @@ class Broker:
         self.store = BrokerStore(data_dir, options.flush_interval)
         self.clients = ClientRegistry(self._notify_ids_changed)
         self.long_poll = LongPollService(self._repull)
-        self.schedule = ScheduleService(self)  # delayed messages (DELAY 1-18)
-        self.transactions = TransactionService(self)  # half messages and check-backs
+        self.context = BrokerContext(name, options, self.store, self.long_poll, self.clients,
+                                     lambda: self.server.addr)
+        self.schedule = ScheduleService(self.context)  # delayed messages (DELAY 1-18)
+        self.transactions = TransactionCheckService(self.context)  # half message check-backs
+        self.end_transaction = EndTransactionHandler(self.context)
+        self.fast_paths = BrokerFastPaths(self.context)
         self.server = RemotingServer(name, self, host=host, port=port, tls=tls, acl=acl,
-                                     faults=faults, version=options.version)
+                                     faults=faults, version=options.version,
+                                     fast_path=self.fast_paths if self.fast_paths.available
+                                     else None)
         self._loaded = False
         self._housekeeping: Optional[asyncio.Task] = None
         self._locks: Dict[tuple, tuple] = {}
         self._handlers: Dict[int, Callable[[ServerConnection, RemotingCommand],
                                            Optional[RemotingCommand]]] = {
-            RequestCode.SEND_MESSAGE: lambda c, r: handle_send(self, c, r),
-            RequestCode.SEND_MESSAGE_V2: lambda c, r: handle_send(self, c, r),
-            RequestCode.SEND_BATCH_MESSAGE: lambda c, r: handle_send(self, c, r),
-            RequestCode.PULL_MESSAGE: lambda c, r: handle_pull(self, c, r),
+            RequestCode.SEND_MESSAGE: self._send,
+            RequestCode.SEND_MESSAGE_V2: self._send,
+            RequestCode.SEND_BATCH_MESSAGE: self._send,
+            RequestCode.PULL_MESSAGE: lambda c, r: handle_pull(self.context, c, r),
             RequestCode.QUERY_CONSUMER_OFFSET: self._query_consumer_offset,
             RequestCode.UPDATE_CONSUMER_OFFSET: self._update_consumer_offset,
             RequestCode.UPDATE_AND_CREATE_TOPIC: self._update_and_create_topic,
@@ -84,7 +92,7 @@ class Broker:
             RequestCode.GET_CONSUMER_RUNNING_INFO: self._consumer_running_info,
             RequestCode.LOCK_BATCH_MQ: self._lock_batch,  # orderly consumers
             RequestCode.UNLOCK_BATCH_MQ: self._unlock_batch,
-            END_TRANSACTION: self.transactions.end_transaction,
+            END_TRANSACTION: self.end_transaction.handle,
         }
 
     # ---------------------------------------------------------------- identity
@@ -182,12 +190,15 @@ class Broker:
         self.long_poll.connection_closed(conn)
         self.clients.connection_closed(conn)
 
+    def _send(self, conn: ServerConnection, cmd: RemotingCommand) -> RemotingCommand:
+        return handle_send(self.context, conn, cmd)
+
     def _repull(self, conn, cmd: RemotingCommand) -> Optional[RemotingCommand]:
         """A parked pull's second run (never parks, never commits)."""
         try:
-            return handle_pull(self, conn, cmd, allow_suspend=False)
+            return handle_pull(self.context, conn, cmd, allow_suspend=False)
         except HeaderError as exc:
-            return self._reply(cmd, RC.SYSTEM_ERROR, {}, str(exc))
+            return self._reply(cmd, ResponseCode.SYSTEM_ERROR, {}, str(exc))
 
     def _notify_ids_changed(self, conn, group: str) -> None:
         conn.send_oneway(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
@@ -204,28 +215,30 @@ class Broker:
         queue_id = req_int(f, "queueId")
         offset = self.store.query_offset(group, topic, queue_id)
         if offset >= 0:
-            return self._reply(cmd, RC.SUCCESS, {"offset": str(offset)})
+            return self._reply(cmd, ResponseCode.SUCCESS, {"offset": str(offset)})
         queue = self.store.existing_queue(topic, queue_id)
         if queue is None or queue.min_offset <= 0:
             # 4.9.8: min offset 0 and message 0 still "in memory" (or the queue empty) -> 0
-            return self._reply(cmd, RC.SUCCESS, {"offset": "0"})
-        return self._reply(cmd, RC.QUERY_NOT_FOUND, {}, QUERY_NOT_FOUND_REMARK)
+            return self._reply(cmd, ResponseCode.SUCCESS, {"offset": "0"})
+        return self._reply(cmd, ResponseCode.QUERY_NOT_FOUND, {}, QUERY_NOT_FOUND_REMARK)
 
     def _update_consumer_offset(self, conn, cmd):
         f = cmd.fields
         self.store.commit_offset(req_str(f, "consumerGroup"), req_str(f, "topic"),
                                  req_int(f, "queueId"), req_long(f, "commitOffset"))
-        return self._reply(cmd, RC.SUCCESS, {})
+        return self._reply(cmd, ResponseCode.SUCCESS, {})
 
     def _get_max_offset(self, conn, cmd):
         f = cmd.fields
         queue = self.store.existing_queue(req_str(f, "topic"), req_int(f, "queueId"))
-        return self._reply(cmd, RC.SUCCESS, {"offset": str(queue.max_offset if queue else 0)})
+        return self._reply(cmd, ResponseCode.SUCCESS,
+                           {"offset": str(queue.max_offset if queue else 0)})
 
     def _get_min_offset(self, conn, cmd):
         f = cmd.fields
         queue = self.store.existing_queue(req_str(f, "topic"), req_int(f, "queueId"))
-        return self._reply(cmd, RC.SUCCESS, {"offset": str(queue.min_offset if queue else 0)})
+        return self._reply(cmd, ResponseCode.SUCCESS,
+                           {"offset": str(queue.min_offset if queue else 0)})
 
     def _search_offset(self, conn, cmd):
         f = cmd.fields
@@ -237,13 +250,13 @@ class Broker:
         else:
             mode = "upper" if boundary.lower() == "upper" else "lower"
         queue = self.store.existing_queue(topic, queue_id)
-        return self._reply(cmd, RC.SUCCESS,
+        return self._reply(cmd, ResponseCode.SUCCESS,
                            {"offset": str(queue.search(timestamp, mode) if queue else 0)})
 
     def _get_earliest_time(self, conn, cmd):
         f = cmd.fields
         queue = self.store.existing_queue(req_str(f, "topic"), req_int(f, "queueId"))
-        return self._reply(cmd, RC.SUCCESS,
+        return self._reply(cmd, ResponseCode.SUCCESS,
                            {"timestamp": str(queue.earliest_time() if queue else -1)})
 
     # ---------------------------------------------------------------- admin
@@ -258,17 +271,17 @@ class Broker:
         sys_flag = opt_int(f, "topicSysFlag", 0) or 0
         order = java_bool(f.get("order"))
         if topic == self.cluster:
-            return self._reply(cmd, RC.SYSTEM_ERROR, None,
+            return self._reply(cmd, ResponseCode.SYSTEM_ERROR, None,
                                f"the topic[{topic}] is conflict with system reserved words.")
         bad = validate_topic(topic)
         if bad:
-            return self._reply(cmd, RC.SYSTEM_ERROR, None, bad)
+            return self._reply(cmd, ResponseCode.SYSTEM_ERROR, None, bad)
         if topic in SYSTEM_TOPICS or topic.startswith("rmq_sys_"):
-            return self._reply(cmd, RC.SYSTEM_ERROR, None,
+            return self._reply(cmd, ResponseCode.SYSTEM_ERROR, None,
                                f"The topic[{topic}] is conflict with system topic.")
         self.store.put_topic(TopicConfig(topic, read_nums, write_nums, perm, filter_type,
                                          sys_flag, order))
-        return self._reply(cmd, RC.SUCCESS, None, NOT_SET_REMARK)
+        return self._reply(cmd, ResponseCode.SUCCESS, None, NOT_SET_REMARK)
 
     def _consume_stats(self, conn, cmd):
         f = cmd.fields
@@ -296,7 +309,7 @@ class Broker:
         entries = ",".join(f"{k}:{json.dumps(v, separators=(',', ':'))}"
                            for k, v in table.items())
         body = ('{"consumeTps":0.0,"offsetTable":{' + entries + "}}").encode()
-        return self._reply(cmd, RC.SUCCESS, None, body=body)
+        return self._reply(cmd, ResponseCode.SUCCESS, None, body=body)
 
     # ---------------------------------------------------------------- clients
 
@@ -306,7 +319,7 @@ class Broker:
             if not isinstance(data, dict):
                 raise ValueError("heartbeat body is not a JSON object")
         except (UnicodeDecodeError, ValueError) as exc:
-            return self._reply(cmd, RC.SYSTEM_ERROR, None,
+            return self._reply(cmd, ResponseCode.SYSTEM_ERROR, None,
                                f"com.alibaba.fastjson.JSONException: {exc}")
         client_id = str(data.get("clientID") or "")
         for consumer in data.get("consumerDataSet") or []:
@@ -324,7 +337,7 @@ class Broker:
         for producer in data.get("producerDataSet") or []:
             self.clients.register_producer(str(producer.get("groupName") or ""), conn,
                                            ChannelInfo(client_id, cmd.language, cmd.version))
-        return self._reply(cmd, RC.SUCCESS)
+        return self._reply(cmd, ResponseCode.SUCCESS)
 
     def _unregister_client(self, conn, cmd):
         f = cmd.fields
@@ -335,16 +348,17 @@ class Broker:
             self.clients.unregister_producer(producer_group, conn)
         if consumer_group is not None:
             self.clients.unregister_consumer(consumer_group, conn)
-        return self._reply(cmd, RC.SUCCESS, {})
+        return self._reply(cmd, ResponseCode.SUCCESS, {})
 
     def _consumer_list(self, conn, cmd):
         group = req_str(cmd.fields, "consumerGroup")
         info = self.clients.consumers.get(group)
         ids = info.client_ids() if info else []
         if not ids:
-            return self._reply(cmd, RC.SYSTEM_ERROR, {}, f"no consumer for this group, {group}")
+            return self._reply(cmd, ResponseCode.SYSTEM_ERROR, {},
+                               f"no consumer for this group, {group}")
         body = json.dumps({"consumerIdList": ids}, separators=(",", ":")).encode()
-        return self._reply(cmd, RC.SUCCESS, {}, body=body)
+        return self._reply(cmd, ResponseCode.SUCCESS, {}, body=body)
 
     def _consumer_connections(self, conn, cmd):
         """GET_CONSUMER_CONNECTION_LIST (what ``mqadmin consumerConnection`` prints): each
@@ -352,7 +366,7 @@ class Broker:
         group = req_str(cmd.fields, "consumerGroup")
         info = self.clients.consumers.get(group)
         if info is None:
-            return self._reply(cmd, RC.CONSUMER_NOT_ONLINE, None,
+            return self._reply(cmd, ResponseCode.CONSUMER_NOT_ONLINE, None,
                                f"the consumer group[{group}] not online")
         connections = [{"clientAddr": getattr(c, "peer", ""), "clientId": ch.client_id,
                         "language": ch.language, "version": ch.version}
@@ -370,7 +384,7 @@ class Broker:
                            "messageModel": info.message_model,
                            "subscriptionTable": subscriptions},
                           separators=(",", ":")).encode()
-        return self._reply(cmd, RC.SUCCESS, None, body=body)
+        return self._reply(cmd, ResponseCode.SUCCESS, None, body=body)
 
     def _consumer_running_info(self, conn, cmd):
         """GET_CONSUMER_RUNNING_INFO (``mqadmin consumerProgress`` and ``consumerStatus``):
@@ -380,7 +394,7 @@ class Broker:
         group, client_id = req_str(f, "consumerGroup"), req_str(f, "clientId")
         member = self.clients.find_channel(group, client_id)
         if member is None:
-            return self._reply(cmd, RC.SYSTEM_ERROR, None,
+            return self._reply(cmd, ResponseCode.SYSTEM_ERROR, None,
                                f"The Consumer <{group}> <{client_id}> not online")
         asked = member.call(RequestCode.GET_CONSUMER_RUNNING_INFO, dict(cmd.ext_fields or {}),
                             cmd.body)
@@ -389,11 +403,11 @@ class Broker:
             try:
                 answer = future.result()
             except TimeoutError as exc:
-                conn.send(self._reply(cmd, RC.CONSUME_MSG_TIMEOUT, None,
+                conn.send(self._reply(cmd, ResponseCode.CONSUME_MSG_TIMEOUT, None,
                                       f"consumer <{group}> <{client_id}> Timeout: {exc}"))
                 return
             except Exception as exc:
-                conn.send(self._reply(cmd, RC.SYSTEM_ERROR, None,
+                conn.send(self._reply(cmd, ResponseCode.SYSTEM_ERROR, None,
                                       f"invoke consumer <{group}> <{client_id}> Exception: "
                                       f"{exc}"))
                 return
@@ -410,7 +424,7 @@ class Broker:
         try:
             group, client, queues = self._lock_request(cmd)
         except ValueError as exc:
-            return self._reply(cmd, RC.SYSTEM_ERROR, None, str(exc))
+            return self._reply(cmd, ResponseCode.SYSTEM_ERROR, None, str(exc))
         now = time.monotonic()
         expiry = self.options.rebalance_lock_max_live_seconds
         granted = []
@@ -425,18 +439,18 @@ class Broker:
         payload = json.dumps({"lockOKMQSet": [{"brokerName": b, "queueId": q, "topic": t}
                                               for t, b, q in sorted(granted)]},
                              separators=(",", ":")).encode()
-        return self._reply(cmd, RC.SUCCESS, None, body=payload)
+        return self._reply(cmd, ResponseCode.SUCCESS, None, body=payload)
 
     def _unlock_batch(self, conn, cmd):
         """UNLOCK_BATCH_MQ: drop this client's locks; another client's lock stays."""
         try:
             group, client, queues = self._lock_request(cmd)
         except ValueError as exc:
-            return self._reply(cmd, RC.SYSTEM_ERROR, None, str(exc))
+            return self._reply(cmd, ResponseCode.SYSTEM_ERROR, None, str(exc))
         for mq in queues:
             if self._locks.get((group, mq), (None,))[0] == client:
                 del self._locks[(group, mq)]
-        return self._reply(cmd, RC.SUCCESS)
+        return self._reply(cmd, ResponseCode.SUCCESS)
 
     @staticmethod
     def _lock_request(cmd):

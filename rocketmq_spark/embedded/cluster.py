@@ -18,15 +18,12 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from ..client.protocol.codes import PERM_READ, PERM_WRITE
-from ..client.protocol.message import encode_stored_message
-from ..client.protocol.properties import CLUSTER, KEYS, TAGS, encode_properties
 from .broker import Broker
+from .direct_writes import CORRUPT_FIELDS, append_messages, corrupt_record, restore_record
 from .faults import FaultInjector, FaultRule
 from .nameserver import NameServer
 from .options import ServerOptions
-from .send import tag_code
 from .server import RemotingServer
-from .store import TopicConfig
 from .tls import TlsSettings, self_signed_cert
 
 log = logging.getLogger(__name__)
@@ -361,48 +358,10 @@ class EmbeddedCluster:
         ``store_timestamp`` (ms) back-dates the messages, to build a history (e.g. for reads
         by time); it may not be older than the queue's last message, since store times never
         go back along a queue (searches by time rely on it)."""
-        b = self._broker(broker_name)
+        context = self._broker(broker_name).context
         bodies = [bytes(x) for x in bodies]
-
-        def put():
-            store = b.store
-            if topic not in store.topics:
-                n = max(4, queue_id + 1)
-                store.put_topic(TopicConfig(topic, n, n))
-            props: Dict[str, str] = dict(properties or {})
-            if keys:
-                props[KEYS] = keys
-            if tags:
-                props[TAGS] = tags
-            props[CLUSTER] = self.options.cluster_name
-            props_text = encode_properties(props, trailing_separator=False)
-            code = tag_code(props_text)
-            queue = store.queue(topic, queue_id)
-            if store_timestamp is None:
-                now = store.now()
-            else:
-                last = queue.store_time(queue.max_offset - 1)
-                if last is not None and store_timestamp < last:
-                    raise ValueError(f"store_timestamp {store_timestamp} is older than the "
-                                     f"last message of {topic}/{broker_name}/{queue_id} "
-                                     f"({last})")
-                now = store_timestamp
-            born = now if born_timestamp is None else born_timestamp
-            phys = store.commit_log.size
-            first = queue.max_offset
-            records = []
-            for i, body in enumerate(bodies):
-                rec = encode_stored_message(
-                    topic=topic, queue_id=queue_id, queue_offset=first + i, physical_offset=phys,
-                    body=body, properties=props_text, born_timestamp=born, born_host=b.addr,
-                    store_timestamp=now, store_host=b.addr)
-                records.append(rec)
-                phys += len(rec)
-            if records:
-                store.append(queue, records, [code] * len(records), now)
-                b.long_poll.notify_arrival_soon(topic, queue_id, queue.max_offset, [code])
-            return first
-        return self._call(put)
+        return self._call(append_messages, context, topic, queue_id, bodies, tags, keys,
+                          properties, born_timestamp, store_timestamp)
 
     # ---------------------------------------------------------------- transactions
 
@@ -426,7 +385,7 @@ class EmbeddedCluster:
 
     # ---------------------------------------------------------------- faults
 
-    CORRUPT_FIELDS = ("crc", "magic", "size", "body", "properties")
+    CORRUPT_FIELDS = CORRUPT_FIELDS
 
     def corrupt(self, topic: str, broker_name: str, queue_id: int, offset: int,
                 field: str = "crc") -> None:
@@ -439,50 +398,25 @@ class EmbeddedCluster:
         keeps its length and the consume queue its extent, as on a genuine broker. Memory only:
         the commit log file of a ``data_dir`` keeps the good record (a restart repairs it).
         """
-        if field not in self.CORRUPT_FIELDS:
-            raise ValueError(f"field must be one of {self.CORRUPT_FIELDS}, got {field!r}")
-        b = self._broker(broker_name)
+        if field not in CORRUPT_FIELDS:
+            raise ValueError(f"field must be one of {CORRUPT_FIELDS}, got {field!r}")
+        store = self._broker(broker_name).store
 
         def damage():
-            from ..client.protocol.message import record_layout
-
-            q = b.store.existing_queue(topic, queue_id)
-            if q is None:
-                raise KeyError(f"{broker_name} has no queue {topic}/{queue_id}")
-            rec = bytearray(q.record(offset))
-            (total, _magic, _sys_flag, _born, _store, body_pos, body_len, _topic_pos, _topic_len,
-             props_pos, props_len) = record_layout(rec, 0, len(rec))
-            if field == "crc":
-                rec[8:12] = (int.from_bytes(rec[8:12], "big") ^ 0x5A5A5A5A).to_bytes(4, "big")
-            elif field == "magic":
-                rec[4:8] = b"\xde\xad\xbe\xef"
-            elif field == "size":
-                rec[0:4] = (total + 0x01000000).to_bytes(4, "big")
-            elif field == "body":
-                if not body_len:
-                    raise ValueError(f"message {offset} has an empty body")
-                rec[body_pos] ^= 0x01
-            else:
-                if not props_len:
-                    raise ValueError(f"message {offset} has no properties")
-                rec[props_pos] = 0xFF  # never valid in UTF-8
-            key = (broker_name, topic, queue_id, offset)
-            old = q.overwrite(offset, bytes(rec))
-            self._originals.setdefault(key, old)
+            old = corrupt_record(store, broker_name, topic, queue_id, offset, field)
+            self._originals.setdefault((broker_name, topic, queue_id, offset), old)
         self._call(damage)
 
     def repair(self, topic: str, broker_name: str, queue_id: int, offset: int) -> None:
         """Put back the record that :meth:`corrupt` damaged (if retention has not dropped it)."""
-        b = self._broker(broker_name)
+        store = self._broker(broker_name).store
 
         def fix():
             original = self._originals.pop((broker_name, topic, queue_id, offset), None)
             if original is None:
                 raise KeyError(f"message {topic}/{broker_name}/{queue_id} at {offset} was not "
                                "corrupted")
-            q = b.store.existing_queue(topic, queue_id)
-            if q is not None and q.min_offset <= offset < q.max_offset:
-                q.overwrite(offset, original)
+            restore_record(store, topic, queue_id, offset, original)
         self._call(fix)
 
     def drop_connections(self) -> None:
@@ -528,10 +462,6 @@ class EmbeddedCluster:
     def start_namesrv(self) -> None:
         """Start the name server again on the same port."""
         self._call(self._namesrv_server.start)
-
-    @property
-    def namesrv_running(self) -> bool:
-        return self._namesrv_server.running
 
     def __repr__(self) -> str:
         state = "running" if self._started else "stopped"

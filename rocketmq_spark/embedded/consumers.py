@@ -200,7 +200,3 @@ class ClientRegistry:
             if channel.client_id == client_id:
                 return conn
         return None
-
-    def find_subscription(self, group: str, topic: str) -> Optional[Subscription]:
-        info = self.consumers.get(group)
-        return info.subscriptions.get(topic) if info else None

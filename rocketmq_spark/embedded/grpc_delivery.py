@@ -20,8 +20,10 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from ..client.grpc import definition_pb2 as pb
-from ..client.protocol import properties as P
+from ..client.grpc import definition_pb2 as definition
+from ..client.protocol.properties import (
+    DELAY, SHARDING_KEY, java_string_hash, split_tags_expression,
+)
 from ..client.protocol.message import MessageExt, decode_message
 from .store import BrokerStore
 
@@ -166,36 +168,38 @@ class GroupDelivery:
 
 def _tag_code(message: MessageExt) -> int:
     tags = message.tags
-    return P.java_string_hash(tags) if tags else 0
+    return java_string_hash(tags) if tags else 0
 
 
-def tag_filter(expression: pb.FilterExpression) -> Optional[frozenset]:
+def tag_filter(expression: definition.FilterExpression) -> Optional[frozenset]:
     """Tag hash codes a TAG expression selects; None selects everything. SQL is refused."""
-    if expression.type == pb.SQL:
+    if expression.type == definition.SQL:
         raise ValueError("SQL92 filtering is not supported by the embedded proxy")
-    tags = P.split_tags_expression(expression.expression)
-    return frozenset(P.java_string_hash(t) for t in tags) if tags else None
+    tags = split_tags_expression(expression.expression)
+    return frozenset(java_string_hash(t) for t in tags) if tags else None
 
 
 def message_type(props: Dict[str, str]) -> int:
     if props.get("TRAN_MSG") == "true":
-        return pb.TRANSACTION
-    if props.get(P.SHARDING_KEY):
-        return pb.FIFO
-    if any(k in props for k in (P.DELAY, TIMER_DELIVER_MS, "TIMER_DELAY_SEC",
+        return definition.TRANSACTION
+    if props.get(SHARDING_KEY):
+        return definition.FIFO
+    if any(k in props for k in (DELAY, TIMER_DELIVER_MS, "TIMER_DELAY_SEC",
                                 "__STARTDELIVERTIME")):
-        return pb.DELAY
-    return pb.NORMAL
+        return definition.DELAY
+    return definition.NORMAL
 
 
-def to_proto(message: MessageExt, handle: str, attempt: int, invisible: float) -> pb.Message:
+def to_proto(message: MessageExt, handle: str, attempt: int,
+             invisible: float) -> definition.Message:
     """A stored message as the proxy hands it to a consumer."""
     props = message.properties
     body = message.body  # decompressed: handed out with IDENTITY encoding
-    system = pb.SystemProperties(
+    system = definition.SystemProperties(
         message_id=message.msg_id,
-        body_digest=pb.Digest(type=pb.CRC32, checksum=f"{zlib.crc32(body) & 0xFFFFFFFF:08X}"),
-        body_encoding=pb.IDENTITY, message_type=message_type(props),
+        body_digest=definition.Digest(type=definition.CRC32,
+                                      checksum=f"{zlib.crc32(body) & 0xFFFFFFFF:08X}"),
+        body_encoding=definition.IDENTITY, message_type=message_type(props),
         born_host=message.born_host, store_host=message.store_host, receipt_handle=handle,
         queue_id=message.queue_id, queue_offset=message.queue_offset,
         delivery_attempt=attempt)
@@ -208,10 +212,11 @@ def to_proto(message: MessageExt, handle: str, attempt: int, invisible: float) -
         system.keys.extend(k for k in message.keys.split(" ") if k)
     if props.get(TIMER_DELIVER_MS, "").isdigit():
         system.delivery_timestamp.FromMilliseconds(int(props[TIMER_DELIVER_MS]))
-    if props.get(P.SHARDING_KEY):
-        system.message_group = props[P.SHARDING_KEY]
+    if props.get(SHARDING_KEY):
+        system.message_group = props[SHARDING_KEY]
     if props.get(TRACE_CONTEXT):
         system.trace_context = props[TRACE_CONTEXT]
-    out = pb.Message(topic=pb.Resource(name=message.topic), system_properties=system, body=body)
+    out = definition.Message(topic=definition.Resource(name=message.topic),
+                             system_properties=system, body=body)
     out.user_properties.update({k: v for k, v in props.items() if k not in SYSTEM_PROPERTIES})
     return out

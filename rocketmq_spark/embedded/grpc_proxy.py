@@ -35,13 +35,16 @@ import grpc
 from grpc import aio
 
 from ..client.grpc import auth
-from ..client.grpc import definition_pb2 as pb
-from ..client.grpc import service_pb2 as spb
-from ..client.grpc import service_pb2_grpc as rpc
+from ..client.grpc import definition_pb2 as definition
+from ..client.grpc import service_pb2 as service
+from ..client.grpc import service_pb2_grpc as service_grpc
 from ..client.grpc.queue_choice import queue_for_group
-from ..client.protocol import properties as P
-from ..client.protocol.codes import PERM_READ, PERM_WRITE, SEND_V2_KEYS, RequestCode
-from ..client.protocol.codes import ResponseCode as RC
+from ..client.protocol.properties import (
+    KEYS, SHARDING_KEY, TAGS, UNIQ_KEY, encode_properties, java_hashmap_order,
+)
+from ..client.protocol.codes import (
+    PERM_READ, PERM_WRITE, SEND_V2_KEYS, RequestCode, ResponseCode,
+)
 from ..client.protocol.frame import RemotingCommand
 from ..client.protocol.message import BatchEntry, encode_batch
 from ..client.protocol.route import MessageQueue
@@ -49,7 +52,6 @@ from .grpc_delivery import (
     SYSTEM_PROPERTIES, TIMER_DELIVER_MS, TRACE_CONTEXT, GroupDelivery, InvalidHandle,
     decode_handle, tag_filter, to_proto,
 )
-from .send import handle_send
 from .tls import TlsSettings
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -57,24 +59,27 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-ALL_MESSAGE_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
+ALL_MESSAGE_TYPES = (definition.NORMAL, definition.FIFO, definition.DELAY, definition.TRANSACTION)
 POLL_INTERVAL = 0.05
 MAX_LONG_POLL = 30.0
 DEFAULT_INVISIBLE = 30.0
 
 # Broker answers to the proxy's status codes (what the proxy reports for a failed send).
 _BROKER_CODES = {
-    RC.TOPIC_NOT_EXIST: pb.TOPIC_NOT_FOUND, RC.NO_PERMISSION: pb.FORBIDDEN,
-    RC.MESSAGE_ILLEGAL: pb.BAD_REQUEST, RC.SYSTEM_BUSY: pb.TOO_MANY_REQUESTS,
-    RC.FLOW_CONTROL: pb.TOO_MANY_REQUESTS, RC.SERVICE_NOT_AVAILABLE: pb.INTERNAL_SERVER_ERROR,
+    ResponseCode.TOPIC_NOT_EXIST: definition.TOPIC_NOT_FOUND,
+    ResponseCode.NO_PERMISSION: definition.FORBIDDEN,
+    ResponseCode.MESSAGE_ILLEGAL: definition.BAD_REQUEST,
+    ResponseCode.SYSTEM_BUSY: definition.TOO_MANY_REQUESTS,
+    ResponseCode.FLOW_CONTROL: definition.TOO_MANY_REQUESTS,
+    ResponseCode.SERVICE_NOT_AVAILABLE: definition.INTERNAL_SERVER_ERROR,
 }
 
 
-def status(code: int, message: str = "") -> pb.Status:
-    return pb.Status(code=code, message=message or pb.Code.Name(code))
+def status(code: int, message: str = "") -> definition.Status:
+    return definition.Status(code=code, message=message or definition.Code.Name(code))
 
 
-_OK = status(pb.OK)
+_OK = status(definition.OK)
 _V2 = {name: SEND_V2_KEYS.get(name, name) for name in (
     "producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
     "bornTimestamp", "flag", "properties", "reconsumeTimes", "bname", "batch")}
@@ -97,13 +102,13 @@ def _peer_address(context) -> str:
     return rest if kind == "ipv4" else "127.0.0.1:0"
 
 
-def _wrap(resource: pb.Resource) -> str:
+def _wrap(resource: definition.Resource) -> str:
     """Apache's namespace wrapping: ``namespace%name``."""
     ns = resource.resource_namespace
     return f"{ns}%{resource.name}" if ns else resource.name
 
 
-class GrpcProxy(rpc.MessagingServiceServicer):
+class GrpcProxy(service_grpc.MessagingServiceServicer):
     """The gRPC endpoint. Create and start it on the cluster's loop."""
 
     def __init__(self, brokers: List["Broker"], *, host: str = "127.0.0.1", port: int = 0,
@@ -135,7 +140,7 @@ class GrpcProxy(rpc.MessagingServiceServicer):
     async def start(self) -> None:
         server = aio.server(options=[("grpc.max_receive_message_length", 130 * 1024 * 1024),
                                      ("grpc.so_reuseport", 0)])
-        rpc.add_MessagingServiceServicer_to_server(self, server)
+        service_grpc.add_MessagingServiceServicer_to_server(self, server)
         where = f"{self.host}:{self.port}"
         if self.tls is not None:
             with open(self.tls.keyfile, "rb") as k, open(self.tls.certfile, "rb") as c:
@@ -155,29 +160,29 @@ class GrpcProxy(rpc.MessagingServiceServicer):
 
     # ---------------------------------------------------------------- checks
 
-    def _refusal(self, context, need_client_id: bool = False) -> Optional[pb.Status]:
+    def _refusal(self, context, need_client_id: bool = False) -> Optional[definition.Status]:
         """The status to answer instead of serving the call, or None."""
         if self.acl is None and not need_client_id:
             return None
         metadata = {k: v for k, v in (context.invocation_metadata() or ())
                     if isinstance(v, str)}
         if need_client_id and not metadata.get(auth.CLIENT_ID):
-            return status(pb.CLIENT_ID_REQUIRED, f"{auth.CLIENT_ID} is required")
+            return status(definition.CLIENT_ID_REQUIRED, f"{auth.CLIENT_ID} is required")
         if self.acl is not None:
             try:
                 auth.verify_metadata(metadata, self.acl)
             except auth.AuthFailure as exc:
-                return status(pb.UNAUTHORIZED, f"authentication failed: {exc}")
+                return status(definition.UNAUTHORIZED, f"authentication failed: {exc}")
         return None
 
     def _running_brokers(self) -> List["Broker"]:
         return [b for b in self._brokers if b.running]
 
-    def _endpoints(self, given: pb.Endpoints) -> pb.Endpoints:
+    def _endpoints(self, given: definition.Endpoints) -> definition.Endpoints:
         if given.addresses:
             return given
-        return pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host=self.host,
-                                                                  port=self.port)])
+        return definition.Endpoints(scheme=definition.IPv4,
+                                    addresses=[definition.Address(host=self.host, port=self.port)])
 
     def _writable(self, topic: str) -> List[Tuple[MessageQueue, "Broker"]]:
         """The topic's writable queues on running brokers, sorted as the proxy sorts them
@@ -206,7 +211,7 @@ class GrpcProxy(rpc.MessagingServiceServicer):
     async def QueryRoute(self, request, context):
         refusal = self._refusal(context)
         if refusal is not None:
-            return spb.QueryRouteResponse(status=refusal)
+            return service.QueryRouteResponse(status=refusal)
         topic = _wrap(request.topic)
         endpoints = self._endpoints(request.endpoints)
         queues = []
@@ -214,75 +219,76 @@ class GrpcProxy(rpc.MessagingServiceServicer):
             config = b.store.topics.get(topic)
             if config is None:
                 continue
-            broker = pb.Broker(name=b.name, id=0, endpoints=endpoints)
+            broker = definition.Broker(name=b.name, id=0, endpoints=endpoints)
             readable, writable = bool(config.perm & PERM_READ), bool(config.perm & PERM_WRITE)
             r = config.read_queue_nums if readable else 0
             w = config.write_queue_nums if writable else 0
             both = min(r, w)
             # Apache's layout: read-only ids first, then write-only, then read-write.
-            perms = ([pb.READ] * (r - both) + [pb.WRITE] * (w - both)
-                     + [pb.READ_WRITE] * both)
-            queues.extend(pb.MessageQueue(topic=request.topic, id=i, permission=perm,
+            perms = ([definition.READ] * (r - both) + [definition.WRITE] * (w - both)
+                     + [definition.READ_WRITE] * both)
+            queues.extend(definition.MessageQueue(topic=request.topic, id=i, permission=perm,
                                           broker=broker, accept_message_types=ALL_MESSAGE_TYPES)
                           for i, perm in enumerate(perms))
         if not queues:
-            return spb.QueryRouteResponse(status=status(
-                pb.TOPIC_NOT_FOUND, f"topic {topic} not found"))
-        return spb.QueryRouteResponse(status=status(pb.OK), message_queues=queues)
+            return service.QueryRouteResponse(status=status(
+                definition.TOPIC_NOT_FOUND, f"topic {topic} not found"))
+        return service.QueryRouteResponse(status=status(definition.OK), message_queues=queues)
 
     async def QueryAssignment(self, request, context):
         refusal = self._refusal(context)
         if refusal is not None:
-            return spb.QueryAssignmentResponse(status=refusal)
+            return service.QueryAssignmentResponse(status=refusal)
         topic = _wrap(request.topic)
         endpoints = self._endpoints(request.endpoints)
         assignments = [
-            pb.Assignment(message_queue=pb.MessageQueue(
-                topic=request.topic, id=-1, permission=pb.READ_WRITE,
-                broker=pb.Broker(name=b.name, id=0, endpoints=endpoints),
+            definition.Assignment(message_queue=definition.MessageQueue(
+                topic=request.topic, id=-1, permission=definition.READ_WRITE,
+                broker=definition.Broker(name=b.name, id=0, endpoints=endpoints),
                 accept_message_types=ALL_MESSAGE_TYPES))
             for b in self._running_brokers() if topic in b.store.topics]
         if not assignments:
-            return spb.QueryAssignmentResponse(status=status(
-                pb.TOPIC_NOT_FOUND, f"topic {topic} not found"))
-        return spb.QueryAssignmentResponse(status=status(pb.OK), assignments=assignments)
+            return service.QueryAssignmentResponse(status=status(
+                definition.TOPIC_NOT_FOUND, f"topic {topic} not found"))
+        return service.QueryAssignmentResponse(status=status(definition.OK),
+                                               assignments=assignments)
 
     # ---------------------------------------------------------------- client lifecycle
 
     async def Heartbeat(self, request, context):
         refusal = self._refusal(context, need_client_id=True)
         if refusal is not None:
-            return spb.HeartbeatResponse(status=refusal)
+            return service.HeartbeatResponse(status=refusal)
         client_id = dict(context.invocation_metadata()).get(auth.CLIENT_ID)
         self.clients[client_id] = request.client_type
-        return spb.HeartbeatResponse(status=status(pb.OK))
+        return service.HeartbeatResponse(status=status(definition.OK))
 
     async def NotifyClientTermination(self, request, context):
         refusal = self._refusal(context)
         if refusal is not None:
-            return spb.NotifyClientTerminationResponse(status=refusal)
+            return service.NotifyClientTerminationResponse(status=refusal)
         self.clients.pop(dict(context.invocation_metadata()).get(auth.CLIENT_ID), None)
-        return spb.NotifyClientTerminationResponse(status=status(pb.OK))
+        return service.NotifyClientTerminationResponse(status=status(definition.OK))
 
     async def Telemetry(self, request_iterator, context):
         refusal = self._refusal(context, need_client_id=True)
         if refusal is not None:
-            yield spb.TelemetryCommand(status=refusal)
+            yield service.TelemetryCommand(status=refusal)
             return
         client_id = dict(context.invocation_metadata()).get(auth.CLIENT_ID)
         async for command in request_iterator:
             if command.HasField("settings"):
                 self.clients[client_id] = command.settings.client_type
-                yield spb.TelemetryCommand(status=status(pb.OK),
+                yield service.TelemetryCommand(status=status(definition.OK),
                                            settings=self._settings_answer(command.settings))
 
-    def _settings_answer(self, settings: pb.Settings) -> pb.Settings:
+    def _settings_answer(self, settings: definition.Settings) -> definition.Settings:
         """The client's settings with the proxy's own view merged in."""
-        answer = pb.Settings()
+        answer = definition.Settings()
         answer.CopyFrom(settings)
-        answer.metric.CopyFrom(pb.Metric(on=False))
+        answer.metric.CopyFrom(definition.Metric(on=False))
         backoff = answer.backoff_policy
-        if settings.client_type == pb.PRODUCER:
+        if settings.client_type == definition.PRODUCER:
             answer.publishing.max_body_size = self.max_message_size
             answer.publishing.validate_message_type = True
             backoff.max_attempts = 3
@@ -302,33 +308,33 @@ class GrpcProxy(rpc.MessagingServiceServicer):
     async def SendMessage(self, request, context):
         refusal = self._refusal(context)
         if refusal is not None:
-            return spb.SendMessageResponse(status=refusal)
+            return service.SendMessageResponse(status=refusal)
         try:
             return self._send(request, _peer_address(context))
         except _Refused as exc:
-            return spb.SendMessageResponse(status=exc.status)
+            return service.SendMessageResponse(status=exc.status)
 
-    def _send(self, request, peer: str) -> spb.SendMessageResponse:
+    def _send(self, request, peer: str) -> service.SendMessageResponse:
         messages = request.messages
         if not messages:
-            raise _Refused(pb.MESSAGE_CORRUPTED, "no message to send")
+            raise _Refused(definition.MESSAGE_CORRUPTED, "no message to send")
         first = messages[0]
         first_topic = first.topic
         topic = _wrap(first_topic)
         properties = []
         for m in messages:
             if m.topic != first_topic:
-                raise _Refused(pb.MESSAGE_CORRUPTED, "topic in message is not same")
+                raise _Refused(definition.MESSAGE_CORRUPTED, "topic in message is not same")
             size = len(m.body)
             if not size:
-                raise _Refused(pb.MESSAGE_BODY_EMPTY, "message body is empty")
+                raise _Refused(definition.MESSAGE_BODY_EMPTY, "message body is empty")
             if size > self.max_message_size:
-                raise _Refused(pb.MESSAGE_BODY_TOO_LARGE,
+                raise _Refused(definition.MESSAGE_BODY_TOO_LARGE,
                                f"message body size {size} exceeds {self.max_message_size}")
             properties.append(self._message_properties(m, topic))
         writable = self._writable(topic)
         if not writable:
-            raise _Refused(pb.TOPIC_NOT_FOUND, f"topic {topic} not found")
+            raise _Refused(definition.TOPIC_NOT_FOUND, f"topic {topic} not found")
         system = first.system_properties
         group = system.message_group if len(messages) == 1 else ""
         if group:
@@ -348,51 +354,51 @@ class GrpcProxy(rpc.MessagingServiceServicer):
             code = RequestCode.SEND_BATCH_MESSAGE
             body = encode_batch([BatchEntry(bytes(m.body), props, 0)
                                  for m, props in zip(messages, properties)])
-        response = handle_send(broker, _ProxyConnection(peer), RemotingCommand(code, fields, body))
-        if response.code != RC.SUCCESS:
-            raise _Refused(_BROKER_CODES.get(response.code, pb.INTERNAL_SERVER_ERROR),
+        response = broker.handle(_ProxyConnection(peer), RemotingCommand(code, fields, body))
+        if response.code != ResponseCode.SUCCESS:
+            raise _Refused(_BROKER_CODES.get(response.code, definition.INTERNAL_SERVER_ERROR),
                            response.remark or "")
         ids = (first.system_properties.message_id if len(messages) == 1
                else ",".join(m.system_properties.message_id for m in messages))
-        entry = spb.SendResultEntry(status=_OK, message_id=ids,
+        entry = service.SendResultEntry(status=_OK, message_id=ids,
                                     offset=int(response.fields.get("queueOffset", "0")))
-        return spb.SendMessageResponse(status=_OK, entries=[entry])
+        return service.SendMessageResponse(status=_OK, entries=[entry])
 
-    def _message_properties(self, message: pb.Message, topic: str) -> str:
+    def _message_properties(self, message: definition.Message, topic: str) -> str:
         """The stored properties of one message, in the proxy's order (a Java HashMap's), as
         the properties text it hands the broker."""
         props: Dict[str, str] = {}
         for key, value in message.user_properties.items():
             if key in SYSTEM_PROPERTIES:
-                raise _Refused(pb.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                raise _Refused(definition.ILLEGAL_MESSAGE_PROPERTY_KEY,
                                f"property is used by system: {key}")
             props[key] = value
         system = message.system_properties
         if system.tag:
-            props[P.TAGS] = system.tag
+            props[TAGS] = system.tag
         if system.keys:
-            props[P.KEYS] = " ".join(system.keys)
+            props[KEYS] = " ".join(system.keys)
         if not system.message_id:
-            raise _Refused(pb.ILLEGAL_MESSAGE_ID, "message id is empty")
-        props[P.UNIQ_KEY] = system.message_id
+            raise _Refused(definition.ILLEGAL_MESSAGE_ID, "message id is empty")
+        props[UNIQ_KEY] = system.message_id
         if system.HasField("delivery_timestamp"):
             props[TIMER_DELIVER_MS] = str(system.delivery_timestamp.ToMilliseconds())
         props["RECONSUME_TIME"] = str(system.delivery_attempt)
         props["PGROUP"] = topic
         if system.message_group:
-            props[P.SHARDING_KEY] = system.message_group
+            props[SHARDING_KEY] = system.message_group
         if system.trace_context:
             props[TRACE_CONTEXT] = system.trace_context
         names = tuple(props)
         order = self._orders.get(names)
         if order is None:  # the order depends on the names alone, and they repeat
-            order = self._orders[names] = P.java_hashmap_order(names)
+            order = self._orders[names] = java_hashmap_order(names)
             if len(self._orders) > 4096:
                 self._orders.clear()
         try:
-            return P.encode_properties({k: props[k] for k in order}, trailing_separator=False)
+            return encode_properties({k: props[k] for k in order}, trailing_separator=False)
         except ValueError as exc:
-            raise _Refused(pb.ILLEGAL_MESSAGE_PROPERTY_KEY, str(exc)) from None
+            raise _Refused(definition.ILLEGAL_MESSAGE_PROPERTY_KEY, str(exc)) from None
 
     # ---------------------------------------------------------------- receiving
 
@@ -410,19 +416,20 @@ class GrpcProxy(rpc.MessagingServiceServicer):
     async def ReceiveMessage(self, request, context):
         refusal = self._refusal(context)
         if refusal is not None:
-            yield spb.ReceiveMessageResponse(status=refusal)
+            yield service.ReceiveMessageResponse(status=refusal)
             return
         group, topic = _wrap(request.group), _wrap(request.message_queue.topic)
         try:
             tags = tag_filter(request.filter_expression)
         except ValueError as exc:
-            yield spb.ReceiveMessageResponse(status=status(pb.ILLEGAL_FILTER_EXPRESSION,
+            yield service.ReceiveMessageResponse(status=status(definition.ILLEGAL_FILTER_EXPRESSION,
                                                            str(exc)))
             return
         delivery = self._delivery(group, topic, request.message_queue.broker.name)
         if delivery is None:
-            yield spb.ReceiveMessageResponse(status=status(
-                pb.NOT_FOUND, f"broker {request.message_queue.broker.name} is not available"))
+            yield service.ReceiveMessageResponse(status=status(
+                definition.NOT_FOUND,
+                f"broker {request.message_queue.broker.name} is not available"))
             return
         invisible = (request.invisible_duration.ToMilliseconds() / 1000.0
                      if request.HasField("invisible_duration") else DEFAULT_INVISIBLE)
@@ -437,34 +444,34 @@ class GrpcProxy(rpc.MessagingServiceServicer):
                 break
             await asyncio.sleep(POLL_INTERVAL)
         if not found:
-            yield spb.ReceiveMessageResponse(status=status(pb.MESSAGE_NOT_FOUND,
+            yield service.ReceiveMessageResponse(status=status(definition.MESSAGE_NOT_FOUND,
                                                            "no new message"))
             return
-        yield spb.ReceiveMessageResponse(status=status(pb.OK))
-        now = spb.ReceiveMessageResponse()
+        yield service.ReceiveMessageResponse(status=status(definition.OK))
+        now = service.ReceiveMessageResponse()
         now.delivery_timestamp.GetCurrentTime()
         yield now
         for message, handle, attempt in found:
-            yield spb.ReceiveMessageResponse(message=to_proto(message, handle, attempt,
+            yield service.ReceiveMessageResponse(message=to_proto(message, handle, attempt,
                                                               invisible))
 
     async def AckMessage(self, request, context):
         refusal = self._refusal(context)
         if refusal is not None:
-            return spb.AckMessageResponse(status=refusal)
+            return service.AckMessageResponse(status=refusal)
         group, topic = _wrap(request.group), _wrap(request.topic)
         results, codes = [], set()
         for entry in request.entries:
             result = self._ack_one(group, topic, entry.receipt_handle)
             codes.add(result.code)
-            results.append(spb.AckMessageResultEntry(
+            results.append(service.AckMessageResultEntry(
                 message_id=entry.message_id, receipt_handle=entry.receipt_handle,
                 status=result))
-        overall = (status(pb.MULTIPLE_RESULTS) if len(codes) > 1
-                   else (results[0].status if results else status(pb.OK)))
-        return spb.AckMessageResponse(status=overall, entries=results)
+        overall = (status(definition.MULTIPLE_RESULTS) if len(codes) > 1
+                   else (results[0].status if results else status(definition.OK)))
+        return service.AckMessageResponse(status=overall, entries=results)
 
-    def _ack_one(self, group: str, topic: str, handle: str) -> pb.Status:
+    def _ack_one(self, group: str, topic: str, handle: str) -> definition.Status:
         try:
             broker_name = decode_handle(handle)[0]
             delivery = self._delivery(group, topic, broker_name)
@@ -472,13 +479,13 @@ class GrpcProxy(rpc.MessagingServiceServicer):
                 raise InvalidHandle(f"broker {broker_name} is not available")
             delivery.ack(handle)
         except InvalidHandle as exc:
-            return status(pb.INVALID_RECEIPT_HANDLE, str(exc))
-        return status(pb.OK)
+            return status(definition.INVALID_RECEIPT_HANDLE, str(exc))
+        return status(definition.OK)
 
     async def ChangeInvisibleDuration(self, request, context):
         refusal = self._refusal(context)
         if refusal is not None:
-            return spb.ChangeInvisibleDurationResponse(status=refusal)
+            return service.ChangeInvisibleDurationResponse(status=refusal)
         group, topic = _wrap(request.group), _wrap(request.topic)
         try:
             delivery = self._delivery(group, topic, decode_handle(request.receipt_handle)[0])
@@ -487,9 +494,10 @@ class GrpcProxy(rpc.MessagingServiceServicer):
             handle = delivery.change_invisible(
                 request.receipt_handle, request.invisible_duration.ToMilliseconds() / 1000.0)
         except InvalidHandle as exc:
-            return spb.ChangeInvisibleDurationResponse(
-                status=status(pb.INVALID_RECEIPT_HANDLE, str(exc)))
-        return spb.ChangeInvisibleDurationResponse(status=status(pb.OK), receipt_handle=handle)
+            return service.ChangeInvisibleDurationResponse(
+                status=status(definition.INVALID_RECEIPT_HANDLE, str(exc)))
+        return service.ChangeInvisibleDurationResponse(status=status(definition.OK),
+                                                       receipt_handle=handle)
 
 
 class _Refused(Exception):

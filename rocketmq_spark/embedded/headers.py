@@ -56,11 +56,6 @@ def opt_int(fields: Mapping[str, str], key: str, default: Optional[int] = None) 
     return default if value is None else _parse_int(value, 32)
 
 
-def opt_long(fields: Mapping[str, str], key: str, default: Optional[int] = None) -> Optional[int]:
-    value = fields.get(key)
-    return default if value is None else _parse_int(value, 64)
-
-
 def java_bool(value: Optional[str], default: bool = False) -> bool:
     """``Boolean.parseBoolean``: true only for "true" in any case; "1" is false."""
     if value is None:

@@ -2,12 +2,31 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
+from typing import List
 
 from ..client.protocol.codes import SERVER_VERSION
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 SEARCH_MODES = ("lower", "nearest")
+_DELAY_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_delay_levels(text: str) -> List[float]:
+    """``"1s 5s 10s 30s 1m ..."`` to seconds per level (level 1 first). ``ms`` is accepted
+    too, so tests can use short delays."""
+    levels = []
+    for item in text.split():
+        unit = "ms" if item.endswith("ms") else item[-1:]
+        number = item[:-len(unit)]
+        if unit not in _DELAY_UNITS or not number.replace(".", "", 1).isdigit():
+            raise ValueError(f"delay level {item!r} is not a number followed by ms, s, m, h "
+                             "or d")
+        levels.append(float(number) * _DELAY_UNITS[unit])
+    if not levels:
+        raise ValueError("the delay level table is empty")
+    return levels
 
 
 @dataclass(frozen=True)
@@ -73,3 +92,9 @@ class ServerOptions:
         if self.transaction_check_max < 1:
             raise ValueError(f"transaction_check_max must be at least 1, got "
                              f"{self.transaction_check_max}")
+        parse_delay_levels(self.message_delay_level)  # a bad table fails here, not on a send
+
+    @cached_property
+    def delay_levels(self) -> List[float]:
+        """``message_delay_level`` in seconds per level, level 1 first."""
+        return parse_delay_levels(self.message_delay_level)

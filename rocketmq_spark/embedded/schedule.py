@@ -20,17 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import Optional, Tuple
 
-from .background import BackgroundService
-from ..client.protocol.message import decode_message, encode_stored_message, record_layout
+from ..client.protocol.message import decode_message, encode_stored_message
 from ..client.protocol.properties import (
     CLUSTER, DELAY, decode_properties, encode_properties, java_hashmap_order,
 )
-from .options import DEFAULT_DELAY_LEVELS  # noqa: F401  (the genuine table, re-exported)
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .broker import Broker
+from .background import BackgroundService
+from .context import BrokerContext
+from .records import properties_text
 
 log = logging.getLogger(__name__)
 
@@ -38,23 +36,6 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 SCHEDULE_GROUP = "%SCHEDULE%"
 REAL_TOPIC = "REAL_TOPIC"
 REAL_QID = "REAL_QID"
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_delay_levels(text: str) -> List[float]:
-    """``"1s 5s 10s 30s 1m ..."`` to seconds per level (level 1 first). ``ms`` is accepted
-    too, so tests can use short delays."""
-    levels = []
-    for item in text.split():
-        unit = "ms" if item.endswith("ms") else item[-1:]
-        number = item[:-len(unit)]
-        if unit not in _UNITS or not number.replace(".", "", 1).isdigit():
-            raise ValueError(f"delay level {item!r} is not a number followed by ms, s, m, h "
-                             "or d")
-        levels.append(float(number) * _UNITS[unit])
-    if not levels:
-        raise ValueError("the delay level table is empty")
-    return levels
 
 
 def delay_level(properties: Optional[str]) -> int:
@@ -85,26 +66,22 @@ class ScheduleService(BackgroundService):
     """Moves due messages from SCHEDULE_TOPIC_XXXX to their real queues, on the broker's
     loop, every ``interval`` seconds."""
 
-    def __init__(self, broker: "Broker", interval: float = 0.05):
-        self.broker = broker
+    def __init__(self, context: BrokerContext, interval: float = 0.05):
+        self.context = context
         self.interval = interval
-        self.levels = parse_delay_levels(broker.options.message_delay_level)
-
-    @property
-    def max_level(self) -> int:
-        return len(self.levels)
+        self.levels = context.options.delay_levels
 
     async def _run(self) -> None:
         while True:
             try:
                 self.deliver_due()
             except Exception:  # pragma: no cover - keep delivering
-                log.exception("%s: delivering delayed messages failed", self.broker.name)
+                log.exception("%s: delivering delayed messages failed", self.context.name)
             await asyncio.sleep(self.interval)
 
     def deliver_due(self, now_ms: Optional[int] = None) -> int:
         """Store every message whose delay has passed in its real queue; returns how many."""
-        store = self.broker.store
+        store = self.context.store
         moved = 0
         for index, delay in enumerate(self.levels):
             queue = store.existing_queue(SCHEDULE_TOPIC, index)
@@ -123,27 +100,21 @@ class ScheduleService(BackgroundService):
         return moved
 
     def _deliver(self, record: bytes) -> None:
-        from .send import tag_code
-
-        broker, store = self.broker, self.broker.store
         msg, _ = decode_message(record, verify_crc=False, decompress=False)
-        layout = record_layout(record, 0, len(record))
-        props_pos, props_len = layout[9], layout[10]
-        text = bytes(record[props_pos:props_pos + props_len]).decode("utf-8")
+        text = properties_text(record)
         props = msg.properties
         topic, queue_id = props.get(REAL_TOPIC), props.get(REAL_QID, "")
         if not topic or not queue_id.isdigit():
-            log.error("%s: delayed message %s has no REAL_TOPIC/REAL_QID; dropped", broker.name,
-                      msg.offset_msg_id)
+            log.error("%s: delayed message %s has no REAL_TOPIC/REAL_QID; dropped",
+                      self.context.name, msg.offset_msg_id)
             return
-        queue = store.queue(topic, int(queue_id))
-        now = store.now()
-        stored = encode_stored_message(
-            topic=topic, queue_id=int(queue_id), queue_offset=queue.max_offset,
-            physical_offset=store.commit_log.size, body=msg.stored_body, properties=text,
-            flag=msg.flag, sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
-            born_host=msg.born_host, store_timestamp=now, store_host=broker.addr,
-            reconsume_times=msg.reconsume_times)
-        code = tag_code(text)
-        store.append(queue, [stored], [code], now)
-        broker.long_poll.notify_arrival(topic, int(queue_id), queue.max_offset, [code])
+        store_host = self.context.addr
+        self.context.records.append(
+            topic, int(queue_id), lambda _, queue_offset, physical_offset, now:
+            encode_stored_message(
+                topic=topic, queue_id=int(queue_id), queue_offset=queue_offset,
+                physical_offset=physical_offset, body=msg.stored_body, properties=text,
+                flag=msg.flag, sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
+                born_host=msg.born_host, store_timestamp=now, store_host=store_host,
+                reconsume_times=msg.reconsume_times),
+            wake_after_answer=False)

@@ -18,29 +18,30 @@ from __future__ import annotations
 
 import random
 import re
-from typing import TYPE_CHECKING, Dict, List, Optional
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple, Union
 
 from ..client.errors import MessageDecodeError
-from ..client.protocol.codes import DEFAULT_TOPIC, SEND_V2_KEYS, PERM_INHERIT, PERM_READ, PERM_WRITE, ResponseCode
+from ..client.protocol.codes import (
+    DEFAULT_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE, SEND_V2_KEYS, RequestCode, ResponseCode,
+)
 from ..client.protocol.frame import RemotingCommand
 from ..client.protocol.message import (
     SYSFLAG_MULTI_TAGS, SYSFLAG_TRANSACTION_MASK, decode_batch, encode_stored_message,
     offset_msg_id, pack_host,
 )
 from ..client.protocol.properties import (
-    CLUSTER, TAGS, WAIT, decode_properties, hashmap_properties, java_string_hash,
-    property_value,
+    CLUSTER, WAIT, decode_properties, hashmap_properties,
 )
+from .context import BrokerContext
 from .headers import java_bool, opt_int, req_int, req_long, req_str
 from .nameserver import FAQ_SUFFIX
+from .records import ensure_system_topic, tag_code
 from .schedule import delay_level, schedule_target
 from .store import TopicConfig
 from .transactions import (
     HALF_TOPIC, TRANSACTION_NOT_TYPE, half_properties, is_half, with_transaction_type,
 )
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .broker import Broker
 
 V2_KEYS = {short: name for name, short in SEND_V2_KEYS.items()}  # short key -> V1 name
 RETRY_PREFIX = "%RETRY%"
@@ -84,143 +85,183 @@ def batch_properties(properties: Optional[str], cluster: str) -> str:
     return hashmap_properties(props)
 
 
-def tag_code(properties_text: str) -> int:
-    """The consume-queue tag code: Java hashCode of the TAGS property, 0 without tags."""
-    tags = property_value(properties_text, TAGS)
-    return java_string_hash(tags) if tags else 0
+@dataclass
+class _SendRequest:
+    """The header fields of one send (V1 names), parsed as the 4.9.8 header class does."""
+
+    topic: str
+    default_topic: str
+    default_queue_nums: int
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    flag: int
+    properties: Optional[str]
+    reconsume_times: int
+    batch: bool
+
+    @classmethod
+    def parse(cls, cmd: RemotingCommand) -> "_SendRequest":
+        fields = cmd.fields
+        if cmd.code != RequestCode.SEND_MESSAGE:  # V2 and batch requests use the short keys
+            fields = {V2_KEYS.get(k, k): v for k, v in fields.items()}
+        req_str(fields, "producerGroup")
+        return cls(req_str(fields, "topic"), req_str(fields, "defaultTopic"),
+                   req_int(fields, "defaultTopicQueueNums"), req_int(fields, "queueId"),
+                   req_int(fields, "sysFlag"), req_long(fields, "bornTimestamp"),
+                   req_int(fields, "flag"), fields.get("properties"),
+                   opt_int(fields, "reconsumeTimes", 0) or 0, java_bool(fields.get("batch")))
 
 
-def handle_send(broker: "Broker", conn, cmd: RemotingCommand) -> RemotingCommand:
-    fields = cmd.fields
-    if cmd.code != 10:  # V2 and batch requests use the short keys
-        fields = {V2_KEYS.get(k, k): v for k, v in fields.items()}
-    req_str(fields, "producerGroup")
-    topic = req_str(fields, "topic")
-    default_topic = req_str(fields, "defaultTopic")
-    default_queue_nums = req_int(fields, "defaultTopicQueueNums")
-    queue_id = req_int(fields, "queueId")
-    sys_flag = req_int(fields, "sysFlag")
-    born_ts = req_long(fields, "bornTimestamp")
-    flag = req_int(fields, "flag")
-    properties = fields.get("properties")
-    reconsume_times = opt_int(fields, "reconsumeTimes", 0) or 0
-    batch = java_bool(fields.get("batch"))
-    opts = broker.options
-    version = opts.version
+@dataclass
+class _Run:
+    """What a send stores: the queue, and per record its properties, body and flag."""
+
+    topic: str
+    queue_id: int
+    properties: List[str]
+    bodies: List[bytes]
+    flags: List[int]
+    sys_flag: int
+
+
+_Refusal = Tuple[int, str]
+
+
+def handle_send(context: BrokerContext, conn, cmd: RemotingCommand) -> RemotingCommand:
+    """Store a send's message(s) and answer as a 4.9.8 broker does."""
+    request = _SendRequest.parse(cmd)
+    opts = context.options
     ext: Dict[str, str] = {"TRACE_ON": "true" if opts.trace_on else "false",
                            "MSG_REGION": opts.region}
+    checked = _writable_queue(context, conn, request)
+    if isinstance(checked, tuple):
+        return cmd.make_response(checked[0], dict(ext), checked[1], version=opts.version)
+    queue_id = checked
+    # the requested queue exists from here on, even when the message goes to the half or
+    # schedule topic or is refused below (the C path does the same; a test compares stores)
+    context.store.queue(request.topic, queue_id)
+    if request.batch:
+        run = _batch_run(context, request, queue_id, cmd.body)
+    else:
+        run = _single_run(context, request, queue_id, cmd.body)
+    if isinstance(run, tuple):
+        return cmd.make_response(run[0], dict(ext), run[1], version=opts.version)
+    store_host, born_host = context.addr, conn.peer
+    reconsume_times, born_ts = request.reconsume_times, request.born_timestamp
 
-    def error(code: int, remark: str) -> RemotingCommand:
-        return cmd.make_response(code, dict(ext), remark, version=version)
+    def encode(index: int, queue_offset: int, physical_offset: int, now: int) -> bytes:
+        return encode_stored_message(
+            topic=run.topic, queue_id=run.queue_id, queue_offset=queue_offset,
+            physical_offset=physical_offset, body=run.bodies[index],
+            properties=run.properties[index], flag=run.flags[index], sys_flag=run.sys_flag,
+            born_timestamp=born_ts, born_host=born_host, store_timestamp=now,
+            store_host=store_host, reconsume_times=reconsume_times)
+    stored = context.records.append(run.topic, run.queue_id, encode, len(run.bodies),
+                                    [tag_code(props) for props in run.properties])
+    host_bytes = pack_host(store_host)[0]
+    ids, pos = [], stored.physical_offset
+    for record in stored.records:
+        ids.append(offset_msg_id(host_bytes, pos))
+        pos += len(record)
+    return cmd.make_response(ResponseCode.SUCCESS, {
+        "queueId": str(queue_id), "TRACE_ON": ext["TRACE_ON"], "MSG_REGION": ext["MSG_REGION"],
+        "msgId": ",".join(ids), "queueOffset": str(stored.queue_offset)}, None,
+        version=opts.version)
 
-    # msgCheck
+
+def _writable_queue(context: BrokerContext, conn,
+                    request: _SendRequest) -> Union[int, _Refusal]:
+    """msgCheck: the queue id the send goes to (a random writable one for a negative id),
+    creating the topic if the broker would; or (code, remark) when it refuses."""
+    topic, queue_id = request.topic, request.queue_id
     bad = validate_topic(topic)
     if bad:
-        return error(ResponseCode.SYSTEM_ERROR, bad)
+        return ResponseCode.SYSTEM_ERROR, bad
     if topic in NOT_ALLOWED_SEND_TOPICS:
-        return error(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
-    config = broker.store.topics.get(topic)
+        return ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
+    store = context.store
+    config = store.topics.get(topic)
     if config is None:
-        config = create_topic_for_send(broker, topic, default_topic, default_queue_nums)
+        config = create_topic_for_send(context, topic, request.default_topic,
+                                       request.default_queue_nums)
         if config is None and topic.startswith(RETRY_PREFIX):
             config = TopicConfig(topic, 1, 1, PERM_READ | PERM_WRITE)
-            broker.store.put_topic(config)
+            store.put_topic(config)
         if config is None:
-            return error(ResponseCode.TOPIC_NOT_EXIST,
-                         f"topic[{topic}] not exist, apply first please!{FAQ_SUFFIX}")
+            return (ResponseCode.TOPIC_NOT_EXIST,
+                    f"topic[{topic}] not exist, apply first please!{FAQ_SUFFIX}")
     if queue_id >= max(config.write_queue_nums, config.read_queue_nums):
-        return error(ResponseCode.SYSTEM_ERROR,
-                     f"request queueId[{queue_id}] is illegal, {config.describe()} "
-                     f"Producer: {conn.peer}")
+        return (ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{queue_id}] is illegal, {config.describe()} "
+                f"Producer: {conn.peer}")
     if not config.writable:
-        return error(ResponseCode.NO_PERMISSION,
-                     f"the topic[{topic}] sending message is forbidden")
+        return ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
     if queue_id < 0:
         queue_id = random.randrange(max(config.write_queue_nums, 1))
     if config.topic_filter_type == "MULTI_TAG":
-        sys_flag |= SYSFLAG_MULTI_TAGS
+        request.sys_flag |= SYSFLAG_MULTI_TAGS
+    return queue_id
 
-    store = broker.store
-    queue = store.queue(topic, queue_id)
-    store_host = broker.addr
-    host_bytes = pack_host(store_host)[0]
-    now = store.now()
-    phys = store.commit_log.size
-    first_offset = queue.max_offset
-    records: List[bytes] = []
-    codes: List[int] = []
-    if batch:
-        if topic.startswith(RETRY_PREFIX):
-            return error(ResponseCode.MESSAGE_ILLEGAL,
-                         f"batch request does not support retry group {topic}")
-        try:
-            entries = decode_batch(cmd.body)
-        except MessageDecodeError as exc:
-            return error(ResponseCode.SYSTEM_ERROR, f"java.nio.BufferUnderflowException: {exc}")
-        if (not entries or delay_level(properties) > 0  # brokers never delay a batch
-                or sys_flag & SYSFLAG_TRANSACTION_MASK):  # nor take one as a transaction
-            return error(ResponseCode.MESSAGE_ILLEGAL, MESSAGE_ILLEGAL_REMARK)
-        tail = batch_properties(properties, opts.cluster_name)
-        for i, entry in enumerate(entries):
-            own = entry.properties
-            sep = "\x02" if own and tail and not own.endswith("\x02") else ""
-            props = own + sep + tail
-            if (len(entry.body) > opts.max_message_size
-                    or len(props.encode()) > MAX_PROPERTIES_BYTES):
-                return error(ResponseCode.MESSAGE_ILLEGAL, MESSAGE_ILLEGAL_REMARK)
-            records.append(encode_stored_message(
-                topic=topic, queue_id=queue_id, queue_offset=first_offset + i,
-                physical_offset=phys, body=entry.body, properties=props, flag=entry.flag,
-                sys_flag=sys_flag, born_timestamp=born_ts, born_host=conn.peer,
-                store_timestamp=now, store_host=store_host, reconsume_times=reconsume_times))
-            codes.append(tag_code(props))
-            phys += len(records[-1])
+
+def _batch_run(context: BrokerContext, request: _SendRequest, queue_id: int,
+               body: bytes) -> Union[_Run, _Refusal]:
+    """A batch's messages, each with its own properties and the batch's appended; or the
+    refusal (retry topics, delays, transactions, sizes) of the whole batch."""
+    topic, opts = request.topic, context.options
+    if topic.startswith(RETRY_PREFIX):
+        return ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {topic}"
+    try:
+        entries = decode_batch(body)
+    except MessageDecodeError as exc:
+        return ResponseCode.SYSTEM_ERROR, f"java.nio.BufferUnderflowException: {exc}"
+    if (not entries or delay_level(request.properties) > 0  # brokers never delay a batch
+            or request.sys_flag & SYSFLAG_TRANSACTION_MASK):  # nor take one as a transaction
+        return ResponseCode.MESSAGE_ILLEGAL, MESSAGE_ILLEGAL_REMARK
+    tail = batch_properties(request.properties, opts.cluster_name)
+    properties = []
+    for entry in entries:
+        own = entry.properties
+        sep = "\x02" if own and tail and not own.endswith("\x02") else ""
+        props = own + sep + tail
+        if (len(entry.body) > opts.max_message_size
+                or len(props.encode()) > MAX_PROPERTIES_BYTES):
+            return ResponseCode.MESSAGE_ILLEGAL, MESSAGE_ILLEGAL_REMARK
+        properties.append(props)
+    return _Run(topic, queue_id, properties, [e.body for e in entries],
+                [e.flag for e in entries], request.sys_flag)
+
+
+def _single_run(context: BrokerContext, request: _SendRequest, queue_id: int,
+                body: bytes) -> Union[_Run, _Refusal]:
+    """One message, where it is kept: its queue, the half topic until END_TRANSACTION
+    (:mod:`.transactions`) or SCHEDULE_TOPIC_XXXX until due (:mod:`.schedule`)."""
+    opts, properties = context.options, request.properties
+    store_topic, store_qid, sys_flag = request.topic, queue_id, request.sys_flag
+    if is_half(properties):
+        ensure_system_topic(context.store, HALF_TOPIC)
+        store_topic, store_qid = HALF_TOPIC, 0
+        props = half_properties(properties, request.topic, queue_id, opts.cluster_name)
+        sys_flag = with_transaction_type(sys_flag, TRANSACTION_NOT_TYPE)
     else:
-        store_topic, store_qid = topic, queue_id
-        if is_half(properties):  # kept in the half topic until ended (transactions.py)
-            broker.transactions.ensure_topic(HALF_TOPIC)
-            store_topic, store_qid = HALF_TOPIC, 0
-            props = half_properties(properties, topic, queue_id, opts.cluster_name)
-            sys_flag = with_transaction_type(sys_flag, TRANSACTION_NOT_TYPE)
-            queue = store.queue(store_topic, store_qid)
-            first_offset = queue.max_offset
-        else:
-            props = stored_properties(properties, opts.cluster_name)
-            delayed = schedule_target(properties, topic, queue_id, opts.cluster_name,
-                                      broker.schedule.max_level)
-            if delayed is not None:  # kept in SCHEDULE_TOPIC_XXXX until due (schedule.py)
-                store_topic, store_qid, props = delayed
-                queue = store.queue(store_topic, store_qid)
-                first_offset = queue.max_offset
-        if len(cmd.body) > opts.max_message_size or len(props.encode()) > MAX_PROPERTIES_BYTES:
-            return error(ResponseCode.MESSAGE_ILLEGAL, MESSAGE_ILLEGAL_REMARK)
-        records.append(encode_stored_message(
-            topic=store_topic, queue_id=store_qid, queue_offset=first_offset,
-            physical_offset=phys,
-            body=cmd.body, properties=props, flag=flag, sys_flag=sys_flag,
-            born_timestamp=born_ts, born_host=conn.peer, store_timestamp=now,
-            store_host=store_host, reconsume_times=reconsume_times))
-        codes.append(tag_code(props))
-    base = store.commit_log.size
-    store.append(queue, records, codes, now)
-    ids, pos = [], base
-    for rec in records:
-        ids.append(offset_msg_id(host_bytes, pos))
-        pos += len(rec)
-    broker.long_poll.notify_arrival_soon(queue.topic, queue.queue_id, queue.max_offset, codes)
-    return cmd.make_response(ResponseCode.SUCCESS, {
-        "queueId": str(queue_id), "TRACE_ON": ext["TRACE_ON"], "MSG_REGION": ext["MSG_REGION"],
-        "msgId": ",".join(ids), "queueOffset": str(first_offset)}, None, version=version)
+        props = stored_properties(properties, opts.cluster_name)
+        delayed = schedule_target(properties, request.topic, queue_id, opts.cluster_name,
+                                  len(opts.delay_levels))
+        if delayed is not None:
+            store_topic, store_qid, props = delayed
+    if len(body) > opts.max_message_size or len(props.encode()) > MAX_PROPERTIES_BYTES:
+        return ResponseCode.MESSAGE_ILLEGAL, MESSAGE_ILLEGAL_REMARK
+    return _Run(store_topic, store_qid, [props], [body], [request.flag], sys_flag)
 
 
-def create_topic_for_send(broker: "Broker", topic: str, default_topic: str,
+def create_topic_for_send(context: BrokerContext, topic: str, default_topic: str,
                           default_queue_nums: int) -> Optional[TopicConfig]:
     """TopicConfigManager.createTopicInSendMessageMethod: inherit from the default topic."""
-    template = broker.store.topics.get(default_topic)
+    template = context.store.topics.get(default_topic)
     if template is None or not template.perm & PERM_INHERIT:
         return None
     nums = max(min(default_queue_nums, template.write_queue_nums), 0)
     config = TopicConfig(topic, nums, nums, template.perm & ~PERM_INHERIT,
                          template.topic_filter_type, 0)
-    broker.store.put_topic(config)
+    context.store.put_topic(config)
     return config

@@ -14,7 +14,7 @@ import asyncio
 import itertools
 import logging
 import socket
-from typing import Dict, Mapping, Optional, Protocol, Set
+from typing import Dict, List, Mapping, Optional, Protocol, Set, Tuple
 
 from ..client import acl as client_acl
 from ..client.errors import ProtocolError
@@ -30,6 +30,16 @@ ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException"
 # the first stack frame Java appends to the remark (RemotingHelper.exceptionSimpleDesc)
 ACL_FRAME = ("org.apache.rocketmq.acl.plain.PlainPermissionManager.validate"
              "(PlainPermissionManager.java)")
+
+
+class FastPath(Protocol):
+    """Answers a handler gives to the frames at the start of a received chunk without
+    decoding them into commands (a broker's C paths). The server hands it only chunks that
+    start on a frame boundary, and only with no ACL and no fault rules."""
+
+    def answer_leading(self, data, peer: str) -> Tuple[List[bytes], int]:
+        """The answers, and how many leading bytes of ``data`` they took (0: none). Raising
+        closes the connection."""
 
 
 class Handler(Protocol):
@@ -77,14 +87,20 @@ class ServerConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         answers = None
         server = self.server
-        if (server.native_pulls is not None or server.native_tx is not None) \
-                and server.acl is None and not server.faults.rules \
-                and self._completes_pending(data):
+        fast_path = server.fast_path
+        if fast_path is not None and server.acl is None and not server.faults.rules \
+                and self.decoder.completes_frame(data):
             if self.decoder.pending:  # a frame cut by the last chunk ends in this one
                 data = self.decoder.take() + bytes(data)
-            answers, data = self._native(data)
-            if answers is None:
+            try:
+                answers, used = fast_path.answer_leading(data, self.peer)
+            except Exception:
+                log.exception("%s: closing %s: the fast path failed", server.name, self.peer)
+                self.close()
                 return
+            if used:
+                self.decoder.skip(used)
+                data = memoryview(data)[used:]
         try:
             commands = self.decoder.feed(data)
         except ProtocolError as exc:
@@ -103,53 +119,6 @@ class ServerConnection(asyncio.Protocol):
             corked, self._corked = self._corked, None
             if corked and not self.closed and self.transport is not None:
                 self.transport.write(corked[0] if len(corked) == 1 else b"".join(corked))
-
-    def _completes_pending(self, data) -> bool:
-        """Whether ``data`` completes the frame the decoder holds the start of (always true when
-        it holds none): only then are the bytes joined for the C paths, so a large frame that
-        arrives in many chunks is not copied again with each."""
-        held = self.decoder._buf  # the start of a frame cut by the previous chunk
-        if not held:
-            return True
-        if len(held) < 4:
-            return True  # a few bytes to join
-        return len(held) + len(data) >= 4 + int.from_bytes(held[:4], "big")
-
-    def _native(self, data):
-        """Answer the leading frames the C paths take: plain FOUND pulls (embedded/pull.py
-        native_answers), half sends and END_TRANSACTIONs (embedded/transactions.py
-        native_tx_answers). Returns (answers, the rest of ``data``), or (None, None) when the
-        connection was closed."""
-        server = self.server
-        answers: list = []
-        pulls, tx = server.native_pulls, server.native_tx
-        while data:
-            used = 0
-            if pulls is not None:
-                got, used = pulls(data)
-                if used:
-                    answers += got
-            if tx is not None and len(data) > used:
-                rest = memoryview(data)[used:] if used else data
-                try:
-                    got, took, sends, ends = tx(rest, self.peer)
-                except Exception:
-                    log.exception("%s: closing %s: the transactional fast path failed",
-                                  server.name, self.peer)
-                    self.close()
-                    return None, None
-                if took:
-                    answers += got
-                    stats = server.native_tx_stats
-                    stats["frames"] += sends + ends
-                    stats["sends"] += sends
-                    stats["ends"] += ends
-                    used += took
-            if not used:
-                break
-            self.decoder.skip(used)
-            data = memoryview(data)[used:]
-        return answers, data
 
     def connection_lost(self, exc) -> None:
         self.closed = True
@@ -217,11 +186,13 @@ class ServerConnection(asyncio.Protocol):
 
 
 class RemotingServer:
-    """Listens on ``host:port`` (0 = any free port) and serves ``handler``."""
+    """Listens on ``host:port`` (0 = any free port) and serves ``handler``, with its
+    ``fast_path`` (if any) first on each received chunk."""
 
     def __init__(self, name: str, handler: Handler, *, host: str = "127.0.0.1", port: int = 0,
                  tls: Optional[TlsSettings] = None, acl: Optional[Mapping[str, str]] = None,
-                 faults: Optional[FaultInjector] = None, version: int = SERVER_VERSION):
+                 faults: Optional[FaultInjector] = None, version: int = SERVER_VERSION,
+                 fast_path: Optional[FastPath] = None):
         self.name = name
         self.handler = handler
         self.host = host
@@ -237,12 +208,7 @@ class RemotingServer:
         self._sniffing: Set[socket.socket] = set()
         self._adopting: Set[asyncio.Task] = set()
         self._ssl_ctx = tls.server_context() if tls else None
-        from .pull import native_answers  # (pull imports modules that import this one)
-        from .transactions import native_tx_answers
-
-        self.native_pulls = native_answers(handler)
-        self.native_tx = native_tx_answers(handler)
-        self.native_tx_stats = {"frames": 0, "sends": 0, "ends": 0}  # taken by the C path
+        self.fast_path = fast_path
 
     @property
     def addr(self) -> str:
