@@ -1,0 +1,136 @@
+"""The package's imports run one way, as README's Layout draws them.
+
+Read from the source with ``ast`` (nothing is imported, so this is fast and sees imports under
+``TYPE_CHECKING`` too, which a reader of the code sees as well):
+
+* ``client/`` imports nothing of Spark, of ``source/``, ``sink/``, ``embedded/`` or the package
+  root: it could be published on its own;
+* ``source/`` and ``sink/`` do not import each other;
+* nothing shipped imports ``embedded/`` (the test server) except ``demo.py``;
+* the modules of ``embedded/`` import one another without a cycle (broker -> handlers and
+  services -> records -> store).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Dict, List, Set
+
+import pytest
+
+PACKAGE = "rocketmq_spark"
+ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.with_suffix("").relative_to(ROOT.parent).parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_module(dotted: str) -> bool:
+    """Whether ``dotted`` names a module or package of ours (a .py file, a directory or a
+    built extension), rather than a name defined in one."""
+    path = ROOT.parent / dotted.replace(".", "/")
+    return (path.is_dir() or path.with_suffix(".py").exists()
+            or any(path.parent.glob(path.name + ".*.so")))
+
+
+def _imports(path: Path) -> Set[str]:
+    """Every module ``path`` imports (absolute dotted names; ``from m import name`` counts as
+    ``m.name`` when that is a module, else as ``m``)."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: Set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            for alias in node.names:
+                candidate = f"{module}.{alias.name}"
+                found.add(candidate if _is_module(candidate) else module)
+    return found
+
+
+def _graph() -> Dict[str, Set[str]]:
+    return {_module_name(p): _imports(p) for p in sorted(ROOT.rglob("*.py"))}
+
+
+GRAPH = _graph()
+
+
+def _under(module: str, room: str) -> bool:
+    prefix = f"{PACKAGE}.{room}"
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def _offenders(room: str, forbidden) -> List[str]:
+    return sorted(f"{module} imports {dep}" for module, deps in GRAPH.items()
+                  if _under(module, room) for dep in deps if forbidden(dep))
+
+
+def test_the_graph_sees_the_package():
+    assert f"{PACKAGE}.embedded.broker" in GRAPH
+    assert f"{PACKAGE}.embedded.records" in GRAPH[f"{PACKAGE}.embedded.send"]
+    assert f"{PACKAGE}.client.protocol.frame" in GRAPH[f"{PACKAGE}.embedded.server"]
+
+
+def test_client_imports_nothing_above_it():
+    def above(dep: str) -> bool:
+        return (dep == PACKAGE or dep.split(".")[0] == "pyspark"
+                or (dep.startswith(PACKAGE + ".") and not _under(dep, "client")))
+    assert _offenders("client", above) == []
+
+
+@pytest.mark.parametrize("room, other", [("source", "sink"), ("sink", "source")])
+def test_source_and_sink_do_not_import_each_other(room, other):
+    assert _offenders(room, lambda dep: _under(dep, other)) == []
+
+
+def test_nothing_shipped_imports_the_embedded_server_but_the_demo():
+    offenders = sorted(f"{module} imports {dep}" for module, deps in GRAPH.items()
+                       if not _under(module, "embedded") and module != f"{PACKAGE}.demo"
+                       for dep in deps if _under(dep, "embedded"))
+    assert offenders == []
+
+
+def _cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
+    """The import cycles of ``graph`` (one per back edge of a depth-first walk)."""
+    state: Dict[str, int] = {}  # 1: on the walk's path, 2: done
+    path: List[str] = []
+    found: List[List[str]] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        path.append(module)
+        for dep in sorted(graph[module]):
+            if dep not in graph:
+                continue
+            if state.get(dep) == 1:
+                found.append(path[path.index(dep):] + [dep])
+            elif dep not in state:
+                visit(dep)
+        path.pop()
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_embedded_server_has_no_import_cycle():
+    embedded = {module: {dep for dep in deps if _under(dep, "embedded")}
+                for module, deps in GRAPH.items() if _under(module, "embedded")}
+    assert [" -> ".join(cycle) for cycle in _cycles(embedded)] == []
