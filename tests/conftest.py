@@ -104,3 +104,21 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+# ------------------------------------------------------------------------------------ cluster
+
+@pytest.fixture
+def cluster(embedded_cluster_session):
+    """The session's embedded cluster (two brokers and a name server), shared by every test
+    that asks for it: name topics and groups with ``unique_name``. A test file that needs a
+    cluster of its own (fresh, or with other options) overrides this fixture and says why."""
+    return embedded_cluster_session
+
+
+@pytest.fixture
+def topic(cluster, unique_name) -> str:
+    """A new 4-queue topic on ``cluster``."""
+    name = unique_name("Topic")
+    cluster.create_topic(name, queues=4)
+    return name

@@ -23,6 +23,8 @@ GROUP = "test-group"
 
 @pytest.fixture
 def cluster(embedded_cluster):
+    """A fresh cluster for each test, not conftest's shared one: tests here restart
+    brokers and name servers and create fixed-name topics."""
     return embedded_cluster
 
 

@@ -87,6 +87,8 @@ def messages(resp):
 
 @pytest.fixture
 def cluster(embedded_cluster):
+    """A fresh cluster for each test, not conftest's shared one: tests here stop brokers,
+    count clients and use fixed names."""
     return embedded_cluster
 
 

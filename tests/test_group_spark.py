@@ -24,12 +24,15 @@ from rocketmq_spark.source.allocation import allocate_all
 from source_helpers import committed, max_offsets
 from waiting import wait_until
 
+
 def union_keys(spark, work: Path, names):
     return [int(r["keys"]) for n in names for r in sink_rows(spark, work, n)]
 
 
 @pytest.fixture
 def topic(embedded_cluster):
+    """Not conftest's topic: the group's topic, with the TOPIC_QUEUES queues the share checks
+    count, on the fresh cluster each group test gets."""
     embedded_cluster.create_topic("GroupT", queues=TOPIC_QUEUES)
     return "GroupT"
 

@@ -22,11 +22,6 @@ WORKER_CRASH = ("Python worker exited unexpectedly", "crashed", "Segmentation fa
                 "SIGSEGV", "EOFException")
 
 
-@pytest.fixture
-def cluster(embedded_cluster_session):
-    return embedded_cluster_session
-
-
 def _one_queue(cluster, name: str, n: int = 100) -> MessageQueue:
     cluster.create_topic(name, queues=1, brokers=["broker-a"])
     cluster.append(name, "broker-a", 0, [b"m%d" % i for i in range(n)], tags="x",

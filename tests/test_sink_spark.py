@@ -24,11 +24,6 @@ has_cpp = pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
                              reason="needs PyPI rocketmq 0.4.4 (Apache's C++ client)")
 
 
-@pytest.fixture
-def cluster(embedded_cluster_session):
-    return embedded_cluster_session
-
-
 def cpp_pull(namesrv: str, topic: str, props: str) -> list:
     proc = subprocess.run([sys.executable, str(PEER), "pull", "--namesrv", namesrv, "--topic",
                            topic, "--props", props], capture_output=True, text=True,

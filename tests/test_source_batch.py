@@ -17,18 +17,6 @@ from rocketmq_spark.source.options import OptionError, parse_source_options
 from source_helpers import ids_of, produce
 
 
-@pytest.fixture
-def cluster(embedded_cluster_session):
-    return embedded_cluster_session
-
-
-@pytest.fixture
-def topic(cluster, unique_name):
-    name = unique_name("Batch")
-    cluster.create_topic(name, queues=4)
-    return name
-
-
 def read(spark, namesrv, topic, **options):
     r = spark.read.format("rocketmq").option("nameServer", namesrv).option("subscribe", topic)
     for k, v in options.items():

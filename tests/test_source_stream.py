@@ -24,18 +24,6 @@ from waiting import wait_until
 PEER = Path(__file__).resolve().parent / "cpp_peer.py"
 
 
-@pytest.fixture
-def cluster(embedded_cluster_session):
-    return embedded_cluster_session
-
-
-@pytest.fixture
-def topic(cluster, unique_name):
-    name = unique_name("Stream")
-    cluster.create_topic(name, queues=4)
-    return name
-
-
 def rows_of(spark, query):
     return spark.table(query.table_name).collect()
 
