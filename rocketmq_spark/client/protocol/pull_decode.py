@@ -136,7 +136,7 @@ def _decode_native(data, verify_crc: bool, properties: bool = True,
     if any_v6:  # let the numpy path format IPv6 hosts
         import numpy as np
 
-        from .pull_decode_numpy import _hosts, walk
+        from .pull_decode_numpy import host_strings, walk
 
         data = bytes(data)
         u8 = np.frombuffer(data, dtype=np.uint8)
@@ -144,8 +144,8 @@ def _decode_native(data, verify_crc: bool, properties: bool = True,
         sys_flag = ints32(2).to_numpy().astype(np.int64)
         born_v6 = (sys_flag & message.SYSFLAG_BORNHOST_V6) != 0
         store_v6 = (sys_flag & message.SYSFLAG_STOREHOST_V6) != 0
-        born_hosts = _hosts(u8, starts + 48, born_v6)
-        store_hosts = _hosts(u8, starts + 48 + np.where(born_v6, 20, 8) + 8, store_v6)
+        born_hosts = host_strings(u8, starts + 48, born_v6)
+        store_hosts = host_strings(u8, starts + 48 + np.where(born_v6, 20, 8) + 8, store_v6)
     return pa.RecordBatch.from_arrays([
         text(1), ints32(0), ints64(0), ints64(1), ints32(1), ints32(2), ints64(2), born_hosts,
         ints64(3), store_hosts, ints32(3), column(0, pa.binary()), null_strings(text(2)),

@@ -103,7 +103,7 @@ def _slices(buf: pa.Buffer, starts: np.ndarray, ends: np.ndarray, n: int) -> pa.
     return interleaved.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int64)))
 
 
-def _hosts(u8: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> pa.Array:
+def host_strings(u8: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> pa.Array:
     """Host strings ("ip:port"), formatted once per distinct host."""
     n = len(pos)
     if n == 0:
@@ -262,8 +262,8 @@ def _columns(data: bytes, u8: np.ndarray, records: _Records, verify_crc: bool
         topics, pa.array(r.queue_id, pa.int32()), pa.array(r.queue_offset, pa.int64()),
         pa.array(r.physical, pa.int64()), pa.array(r.flag, pa.int32()),
         pa.array(r.sys_flag.astype(np.int32), pa.int32()), pa.array(r.born_ts, pa.int64()),
-        _hosts(u8, r.starts + 48, r.born_v6), pa.array(r.store_ts, pa.int64()),
-        _hosts(u8, r.store_host_pos, r.store_v6), pa.array(r.reconsume, pa.int32()), bodies,
+        host_strings(u8, r.starts + 48, r.born_v6), pa.array(r.store_ts, pa.int64()),
+        host_strings(u8, r.store_host_pos, r.store_v6), pa.array(r.reconsume, pa.int32()), bodies,
         props, _property(props, "TAGS"), _property(props, "KEYS"),
         pc.coalesce(uniq, offset_ids), offset_ids,
     ], schema=SCHEMA)

@@ -22,7 +22,7 @@ ENTRY_HEAD_BYTES = 20  # totalSize, magic, bodyCRC, flag, bodyLength (big-endian
 _EMPTY = pa.scalar(b"", pa.large_binary())
 
 
-def _fixed_width(data: np.ndarray, width: int, type_: pa.DataType = pa.large_binary()
+def fixed_width_array(data: np.ndarray, width: int, type_: pa.DataType = pa.large_binary()
                  ) -> pa.Array:
     """An Arrow binary/string array over ``data`` (``n`` x ``width`` bytes, C order)."""
     n = len(data)
@@ -51,9 +51,9 @@ def encode_entries(bodies: pa.Array, properties: pa.Array, flag: int = 0) -> pa.
     head[:, 4] = body_len
     plen = prop_len.astype(">i2")
     return pc.binary_join_element_wise(
-        _fixed_width(head.view(np.uint8).reshape(n, ENTRY_HEAD_BYTES), ENTRY_HEAD_BYTES),
+        fixed_width_array(head.view(np.uint8).reshape(n, ENTRY_HEAD_BYTES), ENTRY_HEAD_BYTES),
         bodies.cast(pa.large_binary()),
-        _fixed_width(plen.view(np.uint8).reshape(n, 2), 2),
+        fixed_width_array(plen.view(np.uint8).reshape(n, 2), 2),
         properties.cast(pa.large_binary()), _EMPTY)
 
 
@@ -154,7 +154,7 @@ def map_properties(maps: pa.MapArray) -> pa.Array:
 def repeated(value: bytes, n: int) -> pa.Array:
     """``value`` ``n`` times, as a large_binary column."""
     row = np.frombuffer(value, dtype=np.uint8)
-    return _fixed_width(np.tile(row, (n, 1)) if n else np.zeros((0, len(value)), np.uint8),
+    return fixed_width_array(np.tile(row, (n, 1)) if n else np.zeros((0, len(value)), np.uint8),
                         len(value))
 
 
@@ -172,7 +172,7 @@ def hex_row_ids(prefix: str, first: int, n: int) -> pa.Array:
     data = np.empty((n, width), dtype=np.uint8)
     data[:, :len(head)] = head
     data[:, len(head):] = digits[nibbles.astype(np.int64)]
-    return _fixed_width(data, width, pa.large_string())
+    return fixed_width_array(data, width, pa.large_string())
 
 
 def first_index(mask: pa.Array) -> Optional[int]:

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .frame import RemotingCommand, SerializeType, encode_binary_header
-from .send_encode import _fixed_width, byte_lengths
+from .send_encode import fixed_width_array, byte_lengths
 
 _EMPTY = pa.scalar(b"", pa.large_binary())
 _FIXED = 5             # code (2), language (1), version (2)
@@ -102,7 +102,7 @@ def _constant(data: bytes) -> pa.Scalar:
 
 
 def _column(data: np.ndarray) -> pa.Array:
-    return _fixed_width(data, data.shape[1])
+    return fixed_width_array(data, data.shape[1])
 
 
 def _int32s(values: np.ndarray) -> pa.Array:
