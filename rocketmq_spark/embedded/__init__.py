@@ -23,9 +23,11 @@ Choices worth knowing:
 * Persistence (``data_dir``): per broker an append-only ``commitlog`` of stored records (its
   positions are the physical offsets; replaying it rebuilds the queues) and ``config.json``
   (topics, consumer offsets, queue min offsets, last port), plus ``namesrv.json`` (its port).
-* TLS uses a self-signed certificate made with the ``openssl`` command (no extra dependency);
-  ``permissive`` mode serves plain and TLS on one port, as genuine brokers do by default.
-* Delay levels, transactions, SQL92 filters, slaves and retry/DLQ delivery are not simulated.
+* TLS uses a throwaway test certificate made with ``trustme`` (the ``embedded`` extra) unless
+  one is given; ``permissive`` mode serves plain and TLS on one port, as genuine brokers do by
+  default.
+* Delay levels and transactional (half) messages with their check-back are served as a 4.9.8
+  broker serves them; SQL92 filters, slaves and retry/DLQ delivery are not simulated.
 """
 from .cluster import BrokerHandle, EmbeddedCluster
 from .options import ServerOptions

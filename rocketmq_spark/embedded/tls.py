@@ -1,15 +1,15 @@
-"""TLS for the embedded servers: modes, server contexts and a throwaway self-signed certificate.
+"""TLS for the embedded servers: modes, server contexts and a throwaway test certificate.
 
 A genuine broker's default ``tls.server.mode`` is ``permissive`` (plain and TLS on one port, told
 apart by the first byte: 0x16 starts a TLS ClientHello) with a self-signed test certificate;
-``enforcing`` accepts TLS only. The certificate is made with the ``openssl`` command-line tool,
-which every CI image has, so the package needs no extra Python dependency.
+``enforcing`` accepts TLS only. The certificate is made with ``trustme`` (the ``embedded`` extra:
+``pip install rocketmq-spark[embedded]``), imported only when a certificate is asked for, so a
+server without TLS does not need it.
 """
 from __future__ import annotations
 
-import shutil
+import datetime
 import ssl
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,23 +21,27 @@ TLS_HANDSHAKE_FIRST_BYTE = 0x16
 
 def self_signed_cert(directory: Optional[str] = None, common_name: str = "localhost",
                      days: int = 3650) -> Tuple[str, str]:
-    """Create a self-signed certificate and key (PEM) for 127.0.0.1/localhost.
+    """Create a test certificate and key (PEM) for 127.0.0.1/localhost, valid ``days`` days.
 
-    Returns (cert path, key path). Raises RuntimeError when ``openssl`` is not installed.
-    """
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        raise RuntimeError("the openssl command is needed to make a self-signed certificate; "
-                           "install it or pass tls_cert/tls_key")
+    Returns (cert path, key path). The cert file holds the server's certificate followed by the
+    throwaway CA that signed it, so the same file serves as the server's chain and as the CA
+    file a client trusts. Raises RuntimeError when ``trustme`` is not installed."""
+    try:
+        import trustme
+    except ImportError:
+        raise RuntimeError("a test certificate needs the trustme package: pip install "
+                           "rocketmq-spark[embedded] (or pass tls_cert/tls_key)") from None
+    authority = trustme.CA(key_type=trustme.KeyType.RSA)
+    leaf = authority.issue_cert(
+        "localhost", "127.0.0.1", common_name=common_name, key_type=trustme.KeyType.RSA,
+        not_after=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=days))
     out = Path(directory or tempfile.mkdtemp(prefix="rmq-embedded-tls-"))
     out.mkdir(parents=True, exist_ok=True)
     cert, key = out / "server.crt", out / "server.key"
-    subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256",
-         "-days", str(days), "-subj", f"/CN={common_name}",
-         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    cert.write_bytes(b"".join(blob.bytes() for blob in leaf.cert_chain_pems)
+                     + authority.cert_pem.bytes())
+    key.write_bytes(leaf.private_key_pem.bytes())
+    key.chmod(0o600)
     return str(cert), str(key)
 
 
