@@ -24,9 +24,6 @@ from .pull import PullRequest
 
 _native = accelerator.built_module()  # the optional C accelerator, None when not built
 
-# The same switch as the decoder's (protocol/pull_decode.py): the pure-Python path everywhere.
-FORCE_PURE_PYTHON = accelerator.FORCE_PURE_PYTHON
-
 # Keys the loop writes itself, after the template's (in this order).
 _PATCHED = ("maxMsgNums", "queueOffset")
 
@@ -49,9 +46,9 @@ def make_puller(conn: Connection, request: PullRequest, end: int, depth: int,
                 filtered: bool, broker_id: int, version: int = CLIENT_VERSION):
     """A ``_native.Puller`` for ``request``'s queue up to ``end`` on ``conn``, or ``None`` when
     the connection needs the Python path."""
-    transport = conn.native_transport
-    if native_pull_loop(tls=transport is not None, signed=conn.credentials is not None):
+    if why_python_pulls() is not None:
         return None
+    transport = conn.native_transport
     sock, send_lock, opaques = conn.native_parts
     puller = build_puller(sock, send_lock, opaques, request, end, depth, filtered,
                           transport=transport, credentials=conn.credentials, version=version)
@@ -75,11 +72,11 @@ def build_puller(sock, send_lock, opaques, request: PullRequest, end: int, depth
         del signer  # the loop keeps only the HMAC's padded-key states
 
 
-def native_pull_loop(tls: bool = False, signed: bool = False) -> Optional[str]:
-    """Why reads take the Python path, or ``None`` when the native loop is used (for logs).
-    ``tls`` / ``signed``: the connections are TLS / sign their requests (ACL)."""
+def why_python_pulls() -> Optional[str]:
+    """Why reads take the Python path, or ``None`` when the native loop is used (for logs:
+    the loop runs over TLS and signs ACL requests too)."""
     if _native is None:
         return "the C accelerator is not built"
-    if FORCE_PURE_PYTHON:
+    if accelerator.FORCE_PURE_PYTHON:
         return f"{accelerator.PURE_PYTHON_VARIABLE} is set"
     return None

@@ -172,11 +172,9 @@ class QueueRangeReader:
             self.pulls = pulls.count()
 
     def _native_wanted(self) -> bool:
-        config = self.brokers.remoting.config
         if not self.settings.native:
             return False
-        why = native_pull.native_pull_loop(tls=config.tls is not None,
-                                           signed=config.credentials is not None)
+        why = native_pull.why_python_pulls()
         if why is not None:
             global _SAID_WHY
             if not _SAID_WHY:  # once per process: it explains a slower read
