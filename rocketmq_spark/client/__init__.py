@@ -1,9 +1,19 @@
 """A pure-Python RocketMQ remoting client. It knows nothing of Spark.
 
-The pieces, from the bottom up: :mod:`.protocol` (bytes in, objects out), :class:`Connection`
-(one socket, requests multiplexed by opaque), :class:`RemotingClient` (connections by address),
-:class:`NameServerClient` and :class:`BrokerClient` (one method per request),
-:class:`QueueRangeReader` (a pull loop over an offset range) and :class:`Producer`.
+The pieces, from the bottom up:
+
+* :mod:`.protocol`: pure functions over bytes (frames, headers, stored messages, routes; pull
+  bodies to Arrow in :mod:`.protocol.pull_decode` and its numpy twin; send encodings over Arrow
+  in :mod:`.protocol.send_encode`; request frames spliced over columns in
+  :mod:`.protocol.spliced_requests`).
+* :mod:`.transport` (plain TCP or TLS byte streams), :class:`Connection` (one socket, requests
+  multiplexed by opaque), :class:`RemotingClient` (connections by address).
+* :class:`NameServerClient` and :class:`BrokerClient` (one method per request), :mod:`.admin`.
+* Reading: :class:`QueueRangeReader` (an offset range as Arrow batches) over a pull engine
+  (:mod:`.pull_engine`): :mod:`.python_pull_engine`, or :mod:`.native_pull_engine`, the C loop
+  set up by :mod:`.native_pull` and driven on a connection by :mod:`.native_pull_driver`.
+* Writing: :class:`Producer`, the :mod:`.send_pipeline` (requests in flight per broker, with
+  retries) and :mod:`.transaction` (half messages, END_TRANSACTION, check-backs).
 
 Names are imported on first use, so ``import rocketmq_spark.client.protocol.frame`` (as the
 embedded server does) does not load numpy and pyarrow.
