@@ -7,7 +7,6 @@ import importlib.util
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ import pytest
 from rocketmq_spark.client import Message, Producer, QueueRangeReader, ReadSettings
 from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.client.protocol.message import SYSFLAG_COMPRESSED
+from waiting import wait_until
 
 pytestmark = [
     pytest.mark.cpp,
@@ -128,15 +128,17 @@ def test_cpp_push_consumer_offsets_visible_to_our_client(embedded_cluster):
         with Admin(cluster.namesrv_addr) as admin:
             queues = admin.queues("InteropPush")
             highs = admin.offsets("max", queues)
-            members, committed = [], {}
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                members = admin.brokers.get_consumer_list_by_group(
+            state = {}
+
+            def member_listed_and_committed() -> bool:
+                state["members"] = admin.brokers.get_consumer_list_by_group(
                     cluster.broker("broker-a").addr, "CppPushGroup")
-                committed = admin.offsets("committed", queues, group="CppPushGroup")
-                if members and committed == highs:
-                    break
-                time.sleep(0.3)
+                state["committed"] = admin.offsets("committed", queues, group="CppPushGroup")
+                return bool(state["members"]) and state["committed"] == highs
+
+            wait_until(member_listed_and_committed, 30,
+                       "the C++ push consumer listed and its commits at the max offsets")
+            members, committed = state["members"], state["committed"]
             assert len(members) == 1 and "@" in members[0]  # the C++ client's id
             assert committed == highs, "the push consumer's commits reach QUERY_CONSUMER_OFFSET"
         out, err = proc.communicate(timeout=60)

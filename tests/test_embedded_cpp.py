@@ -11,7 +11,6 @@ import importlib.util
 import json
 import subprocess
 import sys
-import time
 import zlib
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 
 from rocketmq_spark.client.protocol.message import SYSFLAG_COMPRESSED, decode_messages
 from raw_client import RawClient
+from waiting import wait_until
 
 pytestmark = [
     pytest.mark.cpp,
@@ -146,14 +146,19 @@ def test_cpp_push_consumer_group(embedded_cluster):
          "--group", "CppPushG", "--expect", str(len(expected)), "--timeout", "40",
          "--linger", "1.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     listed = None
+
+    def group_listed_or_peer_exited() -> bool:
+        nonlocal listed
+        if proc.poll() is not None:
+            return True
+        with RawClient(c.broker("broker-b").addr) as client:
+            r = client.request(38, {"consumerGroup": "CppPushG"})
+            if r.code == 0:
+                listed = json.loads(r.body)["consumerIdList"]
+        return listed is not None
+
     try:
-        deadline = time.monotonic() + 30
-        while proc.poll() is None and time.monotonic() < deadline and listed is None:
-            with RawClient(c.broker("broker-b").addr) as client:
-                r = client.request(38, {"consumerGroup": "CppPushG"})
-                if r.code == 0:
-                    listed = json.loads(r.body)["consumerIdList"]
-            time.sleep(0.05)
+        wait_until(group_listed_or_peer_exited, 30, "the C++ push consumer in its group")
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:

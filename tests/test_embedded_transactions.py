@@ -291,12 +291,15 @@ def test_unknown_answers_are_checked_again_then_discarded_after_the_max(cluster,
         register_producer(producer)
         send_half(broker, b"undecided", queue_id=1)
         seen = []
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and cluster.transaction_stats()["discarded"] == 0:
+
+        def discarded_after_unknowns() -> bool:
             for check in checks(producer)[len(seen):]:
                 seen.append(check)
                 answer(producer, check, UNKNOWN)
-            time.sleep(0.02)
+            return cluster.transaction_stats()["discarded"] > 0
+
+        wait_until(discarded_after_unknowns, 10,
+                   "the half message discarded after UNKNOWN answers", interval=0.02)
         seen = wait_until(lambda: len(checks(producer)) >= 3 and checks(producer),
                         timeout=5, what="three checks")  # the last may still be on its way
         times = [decode_message(c.body)[0].properties["TRANSACTION_CHECK_TIMES"] for c in seen]

@@ -214,10 +214,12 @@ def test_available_now_drains_its_share_and_leaves(spark, embedded_cluster, topi
                  .option("checkpointLocation", str(tmp_path / "drain-cp"))
                  .trigger(availableNow=True).start())
         seen = set()
-        deadline = time.monotonic() + 180
-        while query.isActive and time.monotonic() < deadline:
-            seen |= set(cluster.consumer_clients(group))
-            time.sleep(0.02)
+
+        def drained() -> bool:
+            seen.update(cluster.consumer_clients(group))
+            return not query.isActive
+
+        wait_until(drained, 180, "the AvailableNow query to drain and stop", interval=0.02)
         assert not query.isActive and query.exception() is None
         (mine,) = seen - {other.client_id}
         assert "@spark-drain-" in mine

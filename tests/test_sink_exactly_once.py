@@ -28,6 +28,7 @@ from rocketmq_spark.sink.schema import plan_columns
 from rocketmq_spark.sink.task import write_task
 from rocketmq_spark.sink.writer import _half_properties, batch_writer, stream_writer
 from source_helpers import produce
+from waiting import wait_until
 
 SCHEMA = StructType([StructField("body", StringType())])
 QUERY = "q-test"
@@ -142,9 +143,7 @@ def test_half_messages_are_invisible_until_the_commit_then_delivered_once(txn_cl
     with RemotingClient() as remoting:
         sent = commit_batch(log, remoting, record_of(summary, 0))
     assert sent == 200
-    deadline = time.time() + 10
-    while visible(cluster, topic) < 200 and time.time() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: visible(cluster, topic) >= 200, 10, "the 200 committed rows")
     seen = pull_bodies(cluster, topic)
     assert seen == Counter(str(i) for i in range(200))
     assert log.ended_at(0) is not None and log.pending() == []
@@ -163,21 +162,15 @@ def test_a_refused_half_rolls_back_the_rest_of_its_run_at_once(embedded_cluster_
     summary = send_halves(cluster, topic, range(300), group="eo-refused")
     assert summary.retries == 1 and len(summary.handles) == 300
     assert len({h[2] for h in summary.handles}) == 300
-    deadline = time.time() + 10
-    pending = -1
-    while time.time() < deadline:  # the rollbacks are oneway: give the broker a moment
-        pending = sum(len(cluster.pending_transactions(b.name)) for b in cluster.brokers)
-        if pending == 300:
-            break
-        time.sleep(0.1)
-    assert pending == 300, "the stored rest of the refused run was not rolled back"
+    # the rollbacks are oneway: give the broker a moment
+    wait_until(lambda: sum(len(cluster.pending_transactions(b.name))
+                           for b in cluster.brokers) == 300, 10,
+               "the stored rest of the refused run to be rolled back (300 pending halves)")
     log = exactly_once.CommitLog(str(tmp_path / "rocketmq-sink"))
     with RemotingClient() as remoting:
         commit_batch(log, remoting, record_of(summary, 0, "eo-refused"))
-    deadline = time.time() + 10
-    while visible(cluster, topic) < 300 and time.time() < deadline:
-        time.sleep(0.1)
-    time.sleep(0.3)
+    wait_until(lambda: visible(cluster, topic) >= 300, 10, "the 300 committed rows")
+    time.sleep(0.3)  # a duplicate would arrive now
     assert pull_bodies(cluster, topic) == Counter(str(i) for i in range(300))
 
 
@@ -198,9 +191,7 @@ def test_signed_half_messages_and_end_transactions(embedded_cluster_factory, uni
     config = ClientConfig(credentials=Credentials("ak-eo", "sk-eo-secret"))
     with RemotingClient(config) as remoting:
         commit_batch(log, remoting, record_of(summary, 0, "eo-signed"))
-    deadline = time.time() + 10
-    while visible(cluster, topic) < 150 and time.time() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: visible(cluster, topic) >= 150, 10, "the 150 signed commits")
     assert visible(cluster, topic) == 150
     with RemotingClient() as unsigned:  # an unsigned END_TRANSACTION is refused
         from rocketmq_spark.client.transaction import Outcome, end_transactions
@@ -229,9 +220,8 @@ def test_aborted_attempt_is_never_delivered_even_after_check_backs(txn_cluster, 
         ops = exactly_once.OpTopic(remoting)
         responder = start_responder(cluster, "eo-abort", log, ops)
         try:
-            deadline = time.time() + 15
-            while responder.answered["ROLLBACK"] < 30 and time.time() < deadline:
-                time.sleep(0.2)
+            wait_until(lambda: responder.answered["ROLLBACK"] >= 30, 15,
+                       "30 check-backs answered ROLLBACK")
         finally:
             responder.close()
     assert responder.answered["ROLLBACK"] >= 30, responder.answered
@@ -260,9 +250,8 @@ def test_dropped_end_transactions_are_settled_by_check_back_as_recorded(txn_clus
         ops = exactly_once.OpTopic(lookups)
         responder = start_responder(cluster, "eo-drop", log, ops)
         try:
-            deadline = time.time() + 20
-            while visible(cluster, topic) < 100 and time.time() < deadline:
-                time.sleep(0.2)
+            wait_until(lambda: visible(cluster, topic) >= 100, 20,
+                       "the 40 dropped COMMITs settled by check-back")
             time.sleep(2)  # more check rounds: nothing may be committed twice
         finally:
             responder.close()

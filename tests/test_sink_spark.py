@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.client.producer import queue_for_key
 from rocketmq_spark.client.protocol.message import SYSFLAG_COMPRESSED, decode_message
+from waiting import wait_until
 
 PEER = Path(__file__).resolve().parent / "cpp_peer.py"
 has_cpp = pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
@@ -180,12 +181,9 @@ def test_a_broker_stopping_mid_write_loses_no_row(spark, embedded_cluster, uniqu
                                                     "CAST(id AS STRING) AS keys")
 
     def stop_when_writing():
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if cluster.max_offset(topic, "broker-b", 0) > 0:
-                cluster.broker("broker-b").stop()
-                return
-            time.sleep(0.02)
+        wait_until(lambda: cluster.max_offset(topic, "broker-b", 0) > 0, 60,
+                   "the first write to broker-b", interval=0.02)
+        cluster.broker("broker-b").stop()
 
     stopper = threading.Thread(target=stop_when_writing)
     stopper.start()
