@@ -14,6 +14,7 @@ spark.getDefaultReadLimit
 spark.prepareForTriggerAvailableNow
 spark.reportLatestOffset
 spark.partitions
+spark.abort  # the writers' abort: Spark calls it when a write fails
 
 # pyspark.sql.streaming.StreamingQueryListener callbacks (RocketMQLagListener).
 listener = Whitelist()

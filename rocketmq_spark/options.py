@@ -71,9 +71,6 @@ class OptionTable:
     def __getitem__(self, name: str) -> Option:
         return self._by_lower[name.lower()]
 
-    def spelling(self, lower_name: str) -> str:
-        return self._known[lower_name]
-
     def given(self, raw: Mapping[str, str], hint: str = "") -> Dict[str, str]:
         """The options of ``raw`` by lower-case name; raises naming every unknown one."""
         unknown = [str(name) for name in raw if str(name).lower() not in self._known]

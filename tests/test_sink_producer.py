@@ -32,7 +32,8 @@ def test_auto_created_topic_lands_on_every_broker_that_allows_it(embedded_cluste
                                                                  unique_name):
     """Java's producer keeps the TBW102 template route for a new topic and rotates its sends
     over every queue of it, so each broker with auto-creation creates the topic on its first
-    send; the topic's route then lists them all (issue 7, defect 6)."""
+    send; the topic's route then lists them all (it once listed only the broker that
+    created the topic first)."""
     topic = unique_name("AutoEvery")
     with Producer(embedded_cluster.namesrv_addr) as producer:
         results = [producer.send(Message(topic, b"m%d" % i)) for i in range(8)]
@@ -209,8 +210,8 @@ def test_a_delayed_message_waits_in_the_schedule_topic(embedded_cluster_factory,
         sent = time.time()
         later = producer.send(Message(topic, b"later", tags="T", delay_level=1,
                                       properties={"user": "u"}))
-        capped = producer.send(Message(topic, b"capped", delay_level=9))
-        now = producer.send(Message(topic, b"now"))
+        producer.send(Message(topic, b"capped", delay_level=9))
+        producer.send(Message(topic, b"now"))
         with pytest.raises(ResponseError, match="MESSAGE_ILLEGAL"):
             producer._send_with_retry(topic, None, EncodedRequest(
                 producer.encode_batch([Message(topic, b"b")]).body,

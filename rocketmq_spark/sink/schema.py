@@ -41,7 +41,6 @@ class ColumnPlan:
     """Which input column (by its name in the DataFrame) plays which part."""
 
     body: str
-    body_is_string: bool
     topic: Optional[str] = None
     tags: Optional[str] = None
     keys: Optional[str] = None
@@ -91,7 +90,7 @@ def plan_columns(schema: StructType, default_topic: Optional[str]) -> ColumnPlan
         raise SchemaError("no topic: set the option topic, or give the rows a topic column")
     dtypes = {f.name: f.dataType for f in schema.fields}
     return ColumnPlan(
-        body=found["body"], body_is_string=isinstance(dtypes[found["body"]], StringType),
+        body=found["body"],
         topic=found.get("topic"), tags=found.get("tags"), keys=found.get("keys"),
         keys_is_array="keys" in found and isinstance(dtypes[found["keys"]], ArrayType),
         properties=found.get("properties"), sharding_key=found.get("shardingkey"),

@@ -46,6 +46,9 @@ DEFAULT_GROUP = "spark-rocketmq-source"
 
 @dataclass(frozen=True)
 class SourceOptions:
+    """What ``spark.read`` / ``readStream`` with ``format("rocketmq")`` was asked to do, as
+    :func:`parse_source_options` checked it (the options are :data:`SOURCE_OPTIONS`)."""
+
     name_servers: Tuple[str, ...]
     topics: Tuple[str, ...] = ()
     topic_pattern: Optional[str] = None
