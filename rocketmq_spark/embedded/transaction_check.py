@@ -40,7 +40,7 @@ SLICE = 256  # messages a check pass reads between two turns of the event loop
 FILE_RESERVED_MS = 72 * 3600 * 1000  # half messages older than fileReservedTime are dropped
 
 # What a check pass does with one half message
-ENDED, DISCARD, ASK, STOP = "ended", "discard", "ask", "stop"
+DISCARD, ASK, STOP = "discard", "ask", "stop"
 
 
 def _run_to_end(steps: Generator[None, None, int]) -> int:
