@@ -14,14 +14,12 @@ JSON object per line, starting with ``{"event": "ready", "jvm_pid": ..., "pid": 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 
-
-def emit(**event) -> None:
-    print(json.dumps(event), flush=True)
+from app_process import app_session, emit
+from waiting import wait_until
 
 
 def main() -> int:
@@ -37,30 +35,18 @@ def main() -> int:
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     args = p.parse_args()
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    builder = (SparkSession.builder.master(args.master).appName("rocketmq-fault-pipeline")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.executor.memory", "768m")
-               .config("spark.sql.streaming.stopTimeout", "60s"))
-    for item in args.conf:
-        key, _, value = item.partition("=")
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    conf = {"spark.executor.memory": "768m"}
+    conf.update(item.partition("=")[::2] for item in args.conf)
+    spark = app_session(args.master, "rocketmq-fault-pipeline", conf)
     jvm_pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
-    deadline = time.monotonic() + 60
-    executors = 0
-    while time.monotonic() < deadline:  # local-cluster executors register after start
-        executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
-        if not args.master.startswith("local-cluster") or executors >= 2:
-            break
-        time.sleep(0.2)
+
+    def executors() -> int:
+        return spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
+
+    if args.master.startswith("local-cluster"):  # its executors register after the start
+        wait_until(lambda: executors() >= 2, 60, "the local-cluster executors to register")
     emit(event="ready", pid=os.getpid(), jvm_pid=jvm_pid, master=spark.sparkContext.master,
-         executors=executors)
+         executors=executors())
 
     def source():
         reader = (spark.readStream.format("rocketmq").option("nameServer", args.namesrv)
@@ -83,11 +69,9 @@ def main() -> int:
         writes into a map shared by every query on the same Python data source, with no lock;
         two queries initialising at the same instant can corrupt it, and every later task then
         fails to serialize ("Illegal size 5 of collection, expected 7")."""
-        deadline = time.monotonic() + 120
-        while query.isActive and time.monotonic() < deadline:
-            if not query.status["message"].startswith("Initializing"):
-                return
-            time.sleep(0.05)
+        wait_until(lambda: not query.isActive
+                   or not query.status["message"].startswith("Initializing"), 120,
+                   "the query's sources to be built")
 
     def start(available_now: bool):
         trigger = {"availableNow": True} if available_now else {"processingTime": "0 seconds"}

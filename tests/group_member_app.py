@@ -10,14 +10,11 @@ prints ``{"event": "failed", ...}`` and exits 3.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 
-
-def emit(**event) -> None:
-    print(json.dumps(event), flush=True)
+from app_process import app_session, emit
 
 
 def main() -> int:
@@ -31,15 +28,8 @@ def main() -> int:
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")
     args = p.parse_args()
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.master("local[2]").appName(f"rocketmq-member-{args.name}")
-             .config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.driver.memory", "768m")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = app_session("local[2]", f"rocketmq-member-{args.name}",
+                        {"spark.driver.memory": "768m"})
     jvm_pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
     reader = (spark.readStream.format("rocketmq").option("nameServer", args.namesrv)
               .option("subscribe", args.topic).option("consumerGroup", args.group)

@@ -23,17 +23,14 @@ failing the query (``local[2]`` never retries a task).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 
+from app_process import app_session, emit
+
 KILL_POINTS = ("after_record", "mid_end", "after_commit")
 KILL_HOOKS_FORMAT = "rocketmq_kill_hooks"
-
-
-def emit(**event) -> None:
-    print(json.dumps(event), flush=True)
 
 
 def kill_hooks_source(kill_at: str):
@@ -111,16 +108,8 @@ def main() -> int:
     p.add_argument("--task-max-failures", type=int, default=0)
     args = p.parse_args()
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
     master = f"local[2,{args.task_max_failures}]" if args.task_max_failures else "local[2]"
-    spark = (SparkSession.builder.master(master).appName("rocketmq-sink-pipeline")
-             .config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.sql.streaming.stopTimeout", "60s")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = app_session(master, "rocketmq-sink-pipeline")
     sink_format = "rocketmq"
     if args.kill_at:
         spark.dataSource.register(kill_hooks_source(args.kill_at))

@@ -21,10 +21,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List, Optional
 
+import psutil
 import pytest
 
 from app_process import AppProcess
 from feeder import PacedFeeder
+from waiting import wait_until
 from rocketmq_spark.client import Message, Producer
 from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
@@ -185,9 +187,8 @@ def test_driver_sigkill_mid_batch_several_times_on_local_cluster(spark, cluster,
     for _ in range(3):
         pipeline.wait_for(lambda e: e["event"] == "progress" and e["rows"] > 0, 180,
                           "a batch with rows")
-        deadline = time.monotonic() + 60
-        while not pipeline.mid_batch() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(pipeline.mid_batch, 60, "a batch planned and not yet committed",
+                   interval=0.01)
         pipeline.kill()
         kills += 1
         pipeline.start()
@@ -209,9 +210,8 @@ def test_task_failures_are_retried_without_loss_or_duplicates(spark, cluster, tm
     # An exception inside read(): the broker refuses pulls with an error nothing retries.
     cluster.fail_next(3, ResponseCode.NO_PERMISSION, "the topic is not readable now",
                       request_codes=[RequestCode.PULL_MESSAGE])
-    deadline = time.monotonic() + 120
-    while cluster._call(lambda: len(cluster.faults.rules)) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until(lambda: not cluster._call(lambda: len(cluster.faults.rules)), 120,
+               "the three refusals to be used up")
     # The refused task's last retry must be done before workers die, or one task could use up
     # its 4 attempts: wait for a batch that started after the refusals.
     seen = len(pipeline.events)
@@ -223,16 +223,21 @@ def test_task_failures_are_retried_without_loss_or_duplicates(spark, cluster, tm
     # that a task's worker crashed (the task is then retried). Idle workers just respawn.
     cluster.delay_next(1_000_000, 1.0, request_codes=[RequestCode.PULL_MESSAGE])
     killed = 0
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and "Python worker exited unexpectedly" not in \
-            log.read_text():
-        time.sleep(1.5)
+
+    def worker_crash_logged() -> bool:
+        nonlocal killed
+        if "Python worker exited unexpectedly" in log.read_text():
+            return True
         for pid in python_workers(pipeline.proc.pid):
             try:
                 os.kill(pid, signal.SIGKILL)
                 killed += 1
             except ProcessLookupError:
                 pass
+        return False
+
+    wait_until(worker_crash_logged, 90, "Spark to log a task's crashed Python worker",
+               interval=1.5)
     cluster.clear_faults()
     assert killed >= 1, "no Python worker was reading to kill"
     feeder.join()
@@ -247,27 +252,14 @@ def test_task_failures_are_retried_without_loss_or_duplicates(spark, cluster, tm
 def python_workers(root_pid: int) -> List[int]:
     """Forked Python workers (children of a pyspark.daemon pyspark.worker process) under
     ``root_pid``."""
-    children = defaultdict(list)
-    cmdline = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    found = []
+    for daemon in psutil.Process(root_pid).children(recursive=True):
         try:
-            with open(f"/proc/{entry}/stat") as fh:
-                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                cmdline[int(entry)] = fh.read()
-        except OSError:
+            cmdline = " ".join(daemon.cmdline())
+            if "pyspark.daemon" in cmdline and "pyspark.worker" in cmdline:
+                found += [worker.pid for worker in daemon.children()]
+        except psutil.NoSuchProcess:
             continue
-        children[ppid].append(int(entry))
-    found, stack = [], [root_pid]
-    while stack:
-        pid = stack.pop()
-        for child in children.get(pid, []):
-            stack.append(child)
-            parent = cmdline.get(pid, b"")
-            if b"pyspark.daemon" in parent and b"pyspark.worker" in parent:
-                found.append(child)
     return found
 
 
@@ -304,8 +296,7 @@ def test_broker_gone_for_a_while_then_restart_from_checkpoint(spark, cluster, tm
     feeder.start()
     pipeline.start()
     pipeline.wait_for(lambda e: e["event"] == "progress" and e["rows"] > 0, 120, "progress")
-    while feeder.sent < N // 4:
-        time.sleep(0.05)
+    wait_until(lambda: feeder.sent >= N // 4, 120, "a quarter of the messages sent")
     time.sleep(1.0)
     cluster.broker("broker-a").stop()      # gone, data kept
     pipeline.drain()                       # the query ends while broker-a is away
@@ -379,8 +370,7 @@ def test_topic_expanded_mid_stream(spark, cluster, tmp_path):
     feeder.start()
     pipeline.start()
     pipeline.wait_for(lambda e: e["event"] == "progress" and e["rows"] > 0, 120, "progress")
-    while feeder.sent < N // 2:
-        time.sleep(0.05)
+    wait_until(lambda: feeder.sent >= N // 2, 120, "half of the messages sent")
     for topic in TOPICS:
         cluster.add_queues(topic, 8)
     feeder.queues_only = lambda q: q.queue_id >= 4  # the second half goes to the new queues
