@@ -62,7 +62,7 @@ def _subscription(topic: str, expression, expression_type, sub_version: int):
     return sub
 
 
-@dataclass
+@dataclass(slots=True)
 class _PullRequest:
     """The header fields of one PULL_MESSAGE, parsed as the 4.9.8 header class does."""
 

@@ -9,8 +9,7 @@ sends (``serve_tx``) does the same steps through the store's own append methods 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, List, NamedTuple, Optional, Sequence
 
 from ..client.protocol.codes import PERM_READ, PERM_WRITE
 from ..client.protocol.message import record_layout
@@ -39,8 +38,7 @@ def ensure_system_topic(store: BrokerStore, topic: str) -> None:
         store.put_topic(TopicConfig(topic, 1, 1, PERM_READ | PERM_WRITE))
 
 
-@dataclass(frozen=True)
-class Appended:
+class Appended(NamedTuple):
     """Where a run of records went: the first one's queue and physical offsets."""
 
     queue_offset: int

@@ -85,7 +85,7 @@ def batch_properties(properties: Optional[str], cluster: str) -> str:
     return hashmap_properties(props)
 
 
-@dataclass
+@dataclass(slots=True)
 class _SendRequest:
     """The header fields of one send (V1 names), parsed as the 4.9.8 header class does."""
 
@@ -113,7 +113,7 @@ class _SendRequest:
                    opt_int(fields, "reconsumeTimes", 0) or 0, java_bool(fields.get("batch")))
 
 
-@dataclass
+@dataclass(slots=True)
 class _Run:
     """What a send stores: the queue, and per record its properties, body and flag."""
 
