@@ -31,7 +31,6 @@ from rocketmq_spark.embedded.tls import client_context
 from waiting import wait_until
 
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
-PULL_KEYS = {"suggestWhichBrokerId", "nextBeginOffset", "maxOffset", "minOffset"}
 
 # request codes
 SEND, PULL, QUERY_OFFSET, UPDATE_OFFSET, CREATE_TOPIC = 10, 11, 14, 15, 17
