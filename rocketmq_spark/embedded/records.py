@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, List, NamedTuple, Optional, Sequence
 
 from ..client.protocol.codes import PERM_READ, PERM_WRITE
 from ..client.protocol.message import record_layout
-from .commitlog import tag_code_of as tag_code
+from .commitlog import tag_code_of as tag_code  # the rule the commit log's replay uses too
 from .store import BrokerStore, TopicConfig
 
 if TYPE_CHECKING:  # pragma: no cover
