@@ -1,8 +1,11 @@
 """A broker: its store, client registry and long polling, behind a remoting server.
 
 The request handlers answer as a 4.9.8 master broker does (codes, remarks, ext-field sets and
-their HashMap order, ``{}`` versus no ``extFields``). Sends and pulls live in :mod:`.send` and
-:mod:`.pull`; the smaller requests are here.
+their HashMap order, ``{}`` versus no ``extFields``). Sends, pulls and END_TRANSACTION live in
+:mod:`.send`, :mod:`.pull` and :mod:`.transactions`, the periodic services in :mod:`.schedule`
+and :mod:`.transaction_check`; they get a :class:`~.context.BrokerContext`, never the broker, so
+imports run one way (broker -> handlers and services -> :mod:`.records` -> :mod:`.store`). The
+smaller requests are here.
 """
 from __future__ import annotations
 

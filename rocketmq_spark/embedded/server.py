@@ -4,7 +4,9 @@ One :class:`RemotingServer` per name server or broker, all on one asyncio loop. 
 common to every request: frame decoding (bad frames close the connection, as Netty's decoder
 does), fault injection, ACL checks (brokers only, as in 4.9), the generic error answers, the
 rule that oneway requests never get an answer, and TLS (enforcing, or permissive by sniffing the
-first byte). Request semantics live in the handler (:mod:`.nameserver`, :mod:`.broker`).
+first byte). Request semantics live in the handler (:mod:`.nameserver`, :mod:`.broker`); a
+handler with answers that skip decoding (the broker's C paths, :mod:`.fast_paths`) hands them
+in as ``fast_path``, so this module knows nothing of any broker.
 
 Connections are asyncio Protocols (not streams) to keep the per-request overhead small.
 """
