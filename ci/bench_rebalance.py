@@ -10,7 +10,7 @@ Spark driver's) rebalances. Timed, medians of ``--runs`` (30):
 * allocation alone (each strategy; 1,000 queues, 100 client ids: the driver's CPU per round);
 * one rebalance round (heartbeat both brokers, list the members, allocate, lock its share with
   ``lockQueues``): wall and CPU time;
-* one idle ``settle`` (what every ``latestOffset`` poll adds, ~90 a second while idle);
+* one idle ``apply_allocation`` (what every ``latestOffset`` poll adds, ~90 a second while idle);
 * reference in the same run: one bulk GET_MAX_OFFSET lookup of the member's share (what every
   planned batch costs anyway).
 
@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(CHECKOUT))
@@ -45,7 +45,6 @@ sys.path.insert(0, str(CHECKOUT / "tests"))
 from rocketmq_spark.client.admin import Admin  # noqa: E402
 from rocketmq_spark.client.broker import Subscription  # noqa: E402
 from rocketmq_spark.client.config import ClientConfig  # noqa: E402
-from rocketmq_spark.client.remoting import RemotingClient  # noqa: E402
 from rocketmq_spark.embedded.cluster import EmbeddedCluster  # noqa: E402
 from rocketmq_spark.source.allocation import STRATEGIES, allocate  # noqa: E402
 from rocketmq_spark.source.membership import GroupMember, member_client_id  # noqa: E402
@@ -77,13 +76,10 @@ def cost(args) -> dict:
                 admin.brokers.heart_beat(b.addr, group, [Subscription("RebalanceBench"),
                                                           Subscription("%RETRY%" + group)])
             others.append(admin)
-        holder: List[GroupMember] = []
-        remoting = RemotingClient(ClientConfig(client_id=member_client_id("bench")),
-                                  request_handler=lambda c, cmd: holder[0].on_request(c, cmd))
-        member = GroupMember(Admin(cluster.namesrv_addr, remoting=remoting), group,
+        member = GroupMember(cluster.namesrv_addr,
+                             ClientConfig(client_id=member_client_id("bench")), group,
                              lambda: ["RebalanceBench"], lambda qs, first: {q: 0 for q in qs},
                              lock_queues=True, interval=3600)
-        holder.append(member)
         member.start()
         assert len(member.members) == args.members, member.members
         queues = member.admin.queues("RebalanceBench", refresh=True)
@@ -93,10 +89,11 @@ def cost(args) -> dict:
                                                          rooms=["room1"]), args.runs)
                            for s in STRATEGIES}
         out["rebalance_round"] = timed(member.rebalance, args.runs)
-        state = member.settle({})
-        positions = dict(state.entering)
-        member.settle(positions)
-        out["idle_settle"] = timed(lambda: member.settle(positions), args.runs * 10)
+        share = member.apply_allocation({})
+        positions = dict(share.entering)
+        member.apply_allocation(positions)
+        out["idle_apply_allocation"] = timed(lambda: member.apply_allocation(positions),
+                                             args.runs * 10)
         share = sorted(member.held)
         out["reference_max_offsets"] = timed(
             lambda: member.admin.offsets("max", share), args.runs)

@@ -228,7 +228,19 @@ def run(messages: int = 10_000, brokers: int = 2, queues: int = 4, more: Optiona
             if own_spark:
                 spark.stop()
     timings["total"] = time.perf_counter() - started
+    summary = _summary([messages, more], [rows_1, rows_2], sink_check,
+                       [lag_after_1, lag_before_2, lag_after_2], timings)
+    print_summary(summary)
+    return summary
 
+
+def _summary(sent: List[int], rows: List[int], sink_check: dict, lags: List[dict],
+             timings: Dict[str, float]) -> dict:
+    """The demo's verdict from what its two runs read (``rows``) of what was sent (``sent``),
+    the sink's check and the group's offsets (after run 1, before run 2, after run 2)."""
+    (messages, more), (rows_1, rows_2) = sent, rows
+    total = messages + more
+    lag_after_1, lag_before_2, lag_after_2 = lags
     per_queue = {key: {"rows": sink_check["per_queue"].get(key, {}).get("rows", 0),
                        "contiguous": sink_check["per_queue"].get(key, {}).get("contiguous",
                                                                              off["max"] == 0),
@@ -258,7 +270,6 @@ def run(messages: int = 10_000, brokers: int = 2, queues: int = 4, more: Optiona
         "ok": exactly_once and restart_ok and zero_lag,
         "seconds": timings,
     }
-    print_summary(summary)
     return summary
 
 

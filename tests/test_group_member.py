@@ -18,7 +18,6 @@ import pytest
 from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.client.config import ClientConfig
 from rocketmq_spark.client.protocol.route import MessageQueue
-from rocketmq_spark.client.remoting import RemotingClient
 from rocketmq_spark.source.allocation import allocate_all
 from rocketmq_spark.source.membership import GroupMember, member_client_id
 
@@ -29,13 +28,8 @@ HERE = Path(__file__).resolve().parent
 
 
 def make_member(namesrv: str, group: str, topic: str, name: str, **kw) -> GroupMember:
-    holder = []
-    remoting = RemotingClient(ClientConfig(client_id=member_client_id(name)),
-                              request_handler=lambda c, cmd: holder[0].on_request(c, cmd))
-    member = GroupMember(Admin(namesrv, remoting=remoting), group, lambda: [topic],
-                         lambda queues, first: {mq: 0 for mq in queues}, **kw)
-    holder.append(member)
-    return member
+    return GroupMember(namesrv, ClientConfig(client_id=member_client_id(name)), group,
+                       lambda: [topic], lambda queues, first: {mq: 0 for mq in queues}, **kw)
 
 
 @pytest.fixture
@@ -89,22 +83,22 @@ def test_hand_over_commits_then_unlocks_and_the_successor_starts_there(cluster):
     a = make_member(cluster.namesrv_addr, group, "MemberT", "a", lock_queues=True).start()
     b = None
     try:
-        entered = a.settle({}).entering
+        entered = a.apply_allocation({}).entering
         assert len(entered) == 12 and set(entered.values()) == {0}
         assert set(lock_holders(cluster, group).values()) == {a.client_id}
         b = make_member(cluster.namesrv_addr, group, "MemberT", "b", lock_queues=True).start()
         wait_until(lambda: len(a.wanted) == 6, 5, "a to give up 6 queues")
         # b may not read them yet: a still holds their locks until its running batch ends.
-        assert b.settle({}).entering == {}
+        assert b.apply_allocation({}).entering == {}
         done = {mq: 40 + mq.queue_id for mq in entered}  # a's batches ended here
-        kept = a.settle(done).kept
+        kept = a.apply_allocation(done).kept
         assert sorted(kept) == sorted(a.wanted)
         moved = sorted(set(entered) - set(kept))
         with Admin(cluster.namesrv_addr) as admin:
             group_offsets = admin.offsets("committed", moved, group=group)
         assert group_offsets == {mq: done[mq] for mq in moved}  # committed before unlocking
         wait_until(lambda: len(b.lock_ok) == 6, 5, "b to lock the queues a released")
-        joined = b.settle({}).entering
+        joined = b.apply_allocation({}).entering
         assert joined == {mq: done[mq] for mq in moved}
         assert lock_holders(cluster, group) == {
             **{mq: a.client_id for mq in kept}, **{mq: b.client_id for mq in moved}}
@@ -126,16 +120,17 @@ def test_a_locked_queue_is_not_read_until_released_or_expired(cluster):
     try:
         assert blocker.brokers.lock_batch_mq(address, group, blocked) == blocked
         member.start()
-        entering = member.settle({}).entering
+        entering = member.apply_allocation({}).entering
         assert set(entering) == set(queues) - set(blocked)
         blocker.brokers.unlock_batch_mq(address, group, blocked[:1])
-        wait_until(lambda: blocked[0] in member.settle({mq: 0 for mq in entering}).entering,
-                   5, "the released queue to join")
+        after = {mq: 0 for mq in entering}
+        wait_until(lambda: blocked[0] in member.apply_allocation(after).entering, 5,
+                   "the released queue to join")
         # The other two expire (2 s here; 60 s on a default broker) as the blocker never
         # renews them.
         t0 = time.monotonic()
         state = {mq: 0 for mq in queues if mq not in blocked[1:]}
-        wait_until(lambda: set(blocked[1:]) <= set(member.settle(state).entering), 10,
+        wait_until(lambda: set(blocked[1:]) <= set(member.apply_allocation(state).entering), 10,
                    "the expired locks to be taken")
         assert time.monotonic() - t0 > 1.0
     finally:
@@ -150,7 +145,7 @@ def test_a_member_whose_lock_is_taken_stops_reading_that_queue(cluster):
     thief = Admin(cluster.namesrv_addr, config=ClientConfig(client_id="thief"))
     try:
         member.start()
-        held = member.settle({}).entering
+        held = member.apply_allocation({}).entering
         victim = sorted(held)[0]
         # The broker restarted and forgot the member's locks, and another client locked the
         # queue first (set on the broker's loop, so no renewal of the member's comes between).
@@ -160,8 +155,8 @@ def test_a_member_whose_lock_is_taken_stops_reading_that_queue(cluster):
             ("thief", time.monotonic())))
         wait_until(lambda: victim not in member.lock_ok, 5, "the member to notice")
         thief.brokers.lock_batch_mq(cluster.broker(victim.broker_name).addr, group, [victim])
-        settled = member.settle({mq: 7 for mq in held})
-        assert victim not in settled.kept and victim not in member.held
+        share = member.apply_allocation({mq: 7 for mq in held})
+        assert victim not in share.kept and victim not in member.held
         with Admin(cluster.namesrv_addr) as admin:  # not committed: it may belong to another
             assert admin.offsets("committed", [victim], group=group)[victim] != 7
     finally:
@@ -182,8 +177,8 @@ from test_group_member import make_member
 from rocketmq_spark.client.pull import PullRequest
 m = make_member({cluster.namesrv_addr!r}, {group!r}, "MemberT", "term", lock_queues=True)
 m.start()
-entered = m.settle({{}}).entering
-m.settle({{mq: 11 for mq in entered}})  # a batch ended at 11 everywhere
+entered = m.apply_allocation({{}}).entering
+m.apply_allocation({{mq: 11 for mq in entered}})  # a batch ended at 11 everywhere
 print(json.dumps({{"id": m.client_id, "held": len(m.held)}}), flush=True)
 mq = sorted(entered)[0]
 m.admin.brokers.pull(m.addresses[mq.broker_name], PullRequest(
@@ -227,25 +222,21 @@ def test_queues_added_to_the_topic_join_at_their_first_message(cluster):
     its first message (as queues new to a stream do), never at "latest"."""
     aged(cluster, queues_of(cluster))
     calls = []
-    holder = []
-    remoting = RemotingClient(ClientConfig(client_id=member_client_id("grow")),
-                              request_handler=lambda c, cmd: holder[0].on_request(c, cmd))
 
     def entry(queues, first):
         calls.append((sorted(q.key for q in queues), first))
         return {mq: 1000 if first else 0 for mq in queues}  # 1000 plays "latest"
 
-    member = GroupMember(Admin(cluster.namesrv_addr, remoting=remoting), "grow",
-                         lambda: ["MemberT"], entry)
-    holder.append(member)
+    member = GroupMember(cluster.namesrv_addr, ClientConfig(client_id=member_client_id("grow")),
+                         "grow", lambda: ["MemberT"], entry)
     try:
         member.start()
-        first = member.settle({}, first=True).entering
+        first = member.apply_allocation({}, first=True).entering
         assert set(first.values()) == {1000} and calls[-1][1] is True
         cluster.add_queues("MemberT", 7)
         aged(cluster, [mq for mq in queues_of(cluster) if mq.queue_id == 6])
         member.rebalance()  # the next round (every rebalanceIntervalMs)
-        grown = member.settle(first).entering
+        grown = member.apply_allocation(first).entering
         assert sorted(mq.queue_id for mq in grown) == [6, 6] and set(grown.values()) == {0}
         assert calls[-1][1] is False
     finally:
@@ -262,7 +253,7 @@ def test_consumer_progress_sees_each_members_queues_through_the_broker(cluster):
     try:
         wait_until(lambda: len(a.wanted) == 6 and len(b.lock_ok) == 6, 10, "6 queues each")
         for m in (a, b):
-            m.settle({})
+            m.apply_allocation({})
         address = cluster.broker("broker-b").addr
         for m in (a, b):
             body = admin.brokers.get_consumer_running_info(address, group, m.client_id)

@@ -201,7 +201,7 @@ def test_available_now_drains_its_share_and_leaves(spark, embedded_cluster, topi
     cluster, group = embedded_cluster, "drain-group"
     other = make_member(cluster.namesrv_addr, group, topic, "other").start()
     try:
-        other.settle({})  # holds its share (it never reads: no Spark behind it)
+        other.apply_allocation({})  # holds its share (it never reads: no Spark behind it)
         feeder = Feeder(cluster.namesrv_addr, topic, 1200, rate=100_000, chunk=20).start()
         feeder.join()
         reader = (spark.readStream.format("rocketmq").option("nameServer", cluster.namesrv_addr)

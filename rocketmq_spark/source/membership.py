@@ -10,8 +10,8 @@ broker lock on each queue they read (LOCK_BATCH_MQ), so two members never read o
 Here the member lives in Spark's streaming-source runner process. A background thread keeps it
 in the group: it reads the broker's notifications, heartbeats, lists, allocates and (with
 ``lockQueues``) takes and renews locks, at least every ``rebalanceIntervalMs``. The planner
-(:meth:`GroupMember.settle`, on Spark's thread, when it plans the next batch) applies the
-result between batches only:
+(:meth:`GroupMember.apply_allocation`, on Spark's thread, when it plans the next batch) applies
+the result between batches only:
 
 * a queue that leaves: the batch that ended at ``start`` is complete, so ``start`` is committed
   for the group, then the queue is unlocked and planned no more;
@@ -26,7 +26,6 @@ drops the member as soon as its connection closes.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import secrets
@@ -35,16 +34,19 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from ..client.admin import Admin
 from ..client.broker import Subscription
+from ..client.config import ClientConfig
 from ..client.errors import RocketMQError, RouteNotFound
 from ..client.protocol.codes import PERM_READ, RequestCode, ResponseCode
 from ..client.protocol.frame import RemotingCommand
-from ..client.protocol.properties import java_string_hash, split_tags_expression
 from ..client.protocol.route import MessageQueue
+from ..client.remoting import RemotingClient
 from .allocation import allocate
+from .joining import StartPositions, joining_positions
+from .running_info import running_info_body
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +83,10 @@ def subscribed_queues(admin: Admin, topics: Iterable[str]) -> Dict[str, List[Mes
 
 
 @dataclass
-class Settlement:
-    """What the next batch may plan: queues read on from their position in ``start`` and queues
-    that join at a position (they enter the batch's end with an empty range)."""
+class BatchShare:
+    """The queues the next batch may plan (:meth:`GroupMember.apply_allocation`): queues read
+    on from their position in ``start`` and queues that join at a position (they enter the
+    batch's end with an empty range)."""
 
     kept: Dict[MessageQueue, int] = field(default_factory=dict)
     entering: Dict[MessageQueue, int] = field(default_factory=dict)
@@ -92,20 +95,23 @@ class Settlement:
 class GroupMember:
     """The driver side of one query in a consumer group. Thread-safe; see the module doc.
 
-    ``topics`` lists the subscribed topics; ``entry(queues, first)`` says where queues with no
-    committed offset in the group start: by ``startingOffsets`` in the query's first batch
-    (``first``), at their first message later (a queue added to the topic meanwhile)."""
+    The member has a client of its own (``config``, whose client id names this run in the
+    group): its connections carry the brokers' notifications to :meth:`on_request`.
+    ``topics`` lists the subscribed topics; ``start_positions(queues, first)`` says where
+    queues with no committed offset in the group start: by ``startingOffsets`` in the query's
+    first batch (``first``), at their first message later (a queue added to the topic
+    meanwhile)."""
 
-    def __init__(self, admin: Admin, group: str, topics: Callable[[], List[str]],
-                 entry: Callable[[List[MessageQueue], bool], Dict[MessageQueue, int]], *,
+    def __init__(self, name_servers: Union[str, Sequence[str]], config: ClientConfig,
+                 group: str, topics: Callable[[], List[str]],
+                 start_positions: StartPositions, *,
                  strategy: str = "averagely", virtual_nodes: int = 10,
                  rooms: Iterable[str] = (), lock_queues: bool = False,
                  expression: str = "*", interval: float = 20.0):
-        self.admin = admin
         self.group = group
-        self.client_id = admin.remoting.config.client_id
+        self.client_id = config.client_id
         self._topics = topics
-        self._entry = entry
+        self._start_positions = start_positions
         self.strategy = strategy
         self.virtual_nodes = virtual_nodes
         self.rooms = tuple(rooms)
@@ -116,6 +122,8 @@ class GroupMember:
         # it for 60 s. Same proportions for other intervals.
         self.lock_validity = 1.5 * interval
         self._lock = threading.RLock()
+        self.admin = Admin(name_servers, remoting=RemotingClient(
+            config, request_handler=self.on_request))
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -126,9 +134,7 @@ class GroupMember:
         self.wanted: Set[MessageQueue] = set()
         self.lock_ok: Dict[MessageQueue, float] = {}
         self.addresses: Dict[str, str] = {}
-        self.rebalances = 0
         self.notifications = 0
-        self.last_rebalance = 0.0
         self._notified = False
         self._next_lock_retry = 0.0
         # Owned by the planner.
@@ -280,45 +286,19 @@ class GroupMember:
         return None
 
     def running_info(self) -> bytes:
-        """ConsumerRunningInfo, as a Java consumer answers GET_CONSUMER_RUNNING_INFO (fastjson,
-        queues as object keys): ``mqadmin consumerProgress`` shows each queue of ``mqTable``
-        with this member's address, ``consumerStatus`` the rest."""
-        now_ms = int(time.time() * 1000)
+        """ConsumerRunningInfo, as a Java consumer answers GET_CONSUMER_RUNNING_INFO."""
+        now_ms, mono = int(time.time() * 1000), time.monotonic()
         with self._lock:
             held = sorted(self.held)
             committed = dict(self._committed)
-            locked = {mq: at for mq, at in self.lock_ok.items()}
+            locked_at_ms = {mq: now_ms - int((mono - at) * 1000)
+                            for mq, at in self.lock_ok.items()}
             topics = sorted({mq.topic for mq in self.wanted | self.held})
-        mono = time.monotonic()
-        entries = []
-        for mq in held:
-            key = json.dumps({"brokerName": mq.broker_name, "queueId": mq.queue_id,
-                              "topic": mq.topic}, separators=(",", ":"))
-            info = {"cachedMsgCount": 0, "cachedMsgMaxOffset": 0, "cachedMsgMinOffset": 0,
-                    "cachedMsgSizeInMiB": 0, "commitOffset": committed.get(mq, 0),
-                    "droped": False, "lastConsumeTimestamp": 0,
-                    "lastLockTimestamp": (now_ms - int((mono - locked[mq]) * 1000)
-                                          if mq in locked else 0),
-                    "lastPullTimestamp": 0, "locked": mq in locked,
-                    "tryUnlockTimes": 0, "transactionMsgCount": 0,
-                    "transactionMsgMaxOffset": 0, "transactionMsgMinOffset": 0}
-            entries.append(f"{key}:{json.dumps(info, separators=(',', ':'))}")
-        properties = {
-            "PROP_CONSUME_TYPE": "CONSUME_ACTIVELY", "PROP_CONSUMEORDERLY":
-            str(self.lock_queues).lower(), "PROP_CONSUMER_START_TIMESTAMP":
-            str(self._started_ms), "PROP_NAMESERVER_ADDR": ";".join(self.admin.names.addresses),
-            "consumerGroup": self.group, "messageModel": "CLUSTERING",
-            "allocateMessageQueueStrategy": self.strategy, "clientId": self.client_id}
-        tags = split_tags_expression(self.expression)
-        codes = [java_string_hash(t) for t in tags]
-        subscriptions = [{"classFilterMode": False, "codeSet": codes,
-                          "expressionType": "TAG", "subString": self.expression or "*",
-                          "subVersion": 0, "tagsSet": tags, "topic": topic}
-                         for topic in topics]
-        return ('{"mqTable":{' + ",".join(entries) + '},"properties":'
-                + json.dumps(properties, separators=(",", ":")) + ',"statusTable":{},'
-                + '"subscriptionSet":' + json.dumps(subscriptions, separators=(",", ":"))
-                + "}").encode("utf-8")
+        return running_info_body(
+            group=self.group, client_id=self.client_id, strategy=self.strategy,
+            orderly=self.lock_queues, started_ms=self._started_ms,
+            name_servers=self.admin.names.addresses, expression=self.expression, held=held,
+            committed=committed, locked_at_ms=locked_at_ms, topics=topics)
 
     # ------------------------------------------------------------------ rebalance
 
@@ -358,8 +338,6 @@ class GroupMember:
                              self.group, len(members), self.client_id, len(wanted),
                              sum(len(q) for q in by_topic.values()))
                 self.members, self.wanted = members, wanted
-            self.rebalances += 1
-            self.last_rebalance = time.monotonic()
         if self.lock_queues:
             self._take_locks(renew=True)
 
@@ -437,9 +415,9 @@ class GroupMember:
 
     # ------------------------------------------------------------------ planning (Spark's thread)
 
-    def settle(self, start: Dict[MessageQueue, int],
-               allowed: Optional[Set[MessageQueue]] = None, first: bool = False
-               ) -> Settlement:
+    def apply_allocation(self, start: Dict[MessageQueue, int],
+                         allowed: Optional[Set[MessageQueue]] = None, first: bool = False
+                         ) -> BatchShare:
         """Apply the latest allocation at a batch boundary: ``start`` is where every planned
         batch has ended (Spark calls ``latestOffset(start)`` only once the batch ending there
         is complete). Commits ``start`` for the queues held; hands over the queues that left
@@ -447,7 +425,7 @@ class GroupMember:
         joins (Trigger.AvailableNow reads only the queues allocated at its start); ``first``:
         this plans the query's first batch (``startingOffsets`` applies)."""
         if self._left:
-            return Settlement()
+            return BatchShare()
         now = time.monotonic()
         with self._lock:
             wanted = set(self.wanted)
@@ -472,44 +450,20 @@ class GroupMember:
                          if mq not in self.held and (allowed is None or mq in allowed))
         entering: Dict[MessageQueue, int] = {}
         if joining:
-            committed = self.admin.offsets("committed", joining, group=self.group)
-            failed = [mq for mq in joining if isinstance(committed.get(mq), RocketMQError)]
-            for mq in failed[:3]:
-                log.warning("cannot read the group's offset of %s (%s); it joins later",
-                            mq.key, committed[mq])
-            fresh = [mq for mq in joining if mq not in failed and committed.get(mq) is None]
-            try:
-                entries = self._entry(fresh, first) if fresh else {}
-            except RocketMQError as exc:
-                log.warning("cannot resolve where %d joining queue(s) start (%s); they join "
-                            "later", len(fresh), exc)
-                failed += fresh
-                entries = {}
-            for mq in joining:
-                if mq in failed:
-                    continue
-                group_offset = committed.get(mq)
-                if mq in start:
-                    # Planned by this query before (a restart): read on from the checkpoint
-                    # unless another member moved the group past it meanwhile; then the queue
-                    # leaves this batch and joins the next one at the group's offset, so the
-                    # messages in between are not read twice.
-                    if group_offset is not None and group_offset > start[mq]:
-                        continue
-                    kept[mq] = start[mq]
-                else:
-                    entering[mq] = group_offset if group_offset is not None else entries[mq]
+            read_on, entering = joining_positions(self.admin, self.group, joining, start,
+                                                  self._start_positions, first)
+            kept.update(read_on)
             with self._lock:
                 self.held |= set(kept) | set(entering)
             for mq in sorted(entering):
                 log.info("queue %s joins %s at %d", mq.key, self.client_id, entering[mq])
         with self._lock:
             self._completed = {mq: start[mq] for mq in kept}
-        return Settlement(kept, entering)
+        return BatchShare(kept, entering)
 
     def drop(self, queues: Set[MessageQueue]) -> None:
-        """Forget queues :meth:`settle` let join but the planner could not plan (no address
-        for their broker yet): they join again at a later batch."""
+        """Forget queues :meth:`apply_allocation` let join but the planner could not plan (no
+        address for their broker yet): they join again at a later batch."""
         with self._lock:
             self.held -= queues
 

@@ -34,11 +34,9 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow,
 )
 
-from ..client.admin import Admin
 from ..client.broker import Subscription
 from ..client.errors import RocketMQError
 from ..client.protocol.route import MessageQueue
-from ..client.remoting import RemotingClient
 from .connect import client_config, shared_admin
 from .membership import GroupMember, member_client_id
 from .offset_reader import OffsetReader
@@ -55,29 +53,26 @@ log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 30.0
 
 
-class _Driver:
-    """What the runner process keeps between calls: clients, caches, the AvailableNow target
-    and what was last committed to the broker; with ``membership=group``, the group member."""
+class _RunnerState:
+    """What Spark's streaming-source runner process keeps between calls: clients, caches, the
+    AvailableNow target and what was last committed to the broker; with ``membership=group``,
+    the group member."""
 
     def __init__(self, options: SourceOptions):
         self.member: Optional[GroupMember] = None
         if options.group_member:
-            # A client of its own: its id names this run in the group, and its connections
-            # carry the broker's notifications to the member.
-            holder: List[GroupMember] = []
+            # The member's own client: its id names this run in the group.
             config = dataclasses.replace(client_config(options),
                                          client_id=member_client_id(options.member_name))
-            remoting = RemotingClient(config, request_handler=lambda c, cmd: holder[0]
-                                      .on_request(c, cmd) if holder else None)
-            self.admin = Admin(list(options.name_servers), remoting=remoting)
-            self.offsets = OffsetReader(options, self.admin)
             self.member = GroupMember(
-                self.admin, options.consumer_group, self.offsets.topics, self._entry,
+                list(options.name_servers), config, options.consumer_group,
+                lambda: self.offsets.topics(), self.joining_start_positions,
                 strategy=options.allocate_strategy,
                 virtual_nodes=options.consistent_hash_virtual_nodes,
                 rooms=options.machine_rooms, lock_queues=options.lock_queues,
                 expression=options.filter, interval=options.rebalance_interval_ms / 1000.0)
-            holder.append(self.member)
+            self.admin = self.member.admin
+            self.offsets = OffsetReader(options, self.admin)
         else:
             self.admin = shared_admin(options)
             self.offsets = OffsetReader(options, self.admin)
@@ -89,7 +84,8 @@ class _Driver:
         self.last_start: Optional[dict] = None
         self.others_warned: frozenset = frozenset()  # membership=none: other members seen
 
-    def _entry(self, queues: List[MessageQueue], first: bool) -> Dict[MessageQueue, int]:
+    def joining_start_positions(self, queues: List[MessageQueue], first: bool
+                                ) -> Dict[MessageQueue, int]:
         """Where queues that join with no offset in the group start: ``startingOffsets`` in
         the query's first batch (a per-queue JSON start gives the queues it names), else at
         their first message, as queues new to a stream do (a queue added to the topic is
@@ -108,15 +104,15 @@ class _Driver:
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions):
         self.options = options
-        self._driver: Optional[_Driver] = None
+        self._driver: Optional[_RunnerState] = None
 
     def __getstate__(self):
         return {"options": self.options, "_driver": None}
 
     @property
-    def driver(self) -> _Driver:
+    def driver(self) -> _RunnerState:
         if self._driver is None:
-            self._driver = _Driver(self.options)
+            self._driver = _RunnerState(self.options)
         return self._driver
 
     # ------------------------------------------------------------------ offsets
@@ -213,35 +209,36 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ------------------------------------------------------------------ group membership
 
-    def _member_latest(self, driver: _Driver, start: dict, limit: ReadLimit) -> dict:
+    def _member_latest(self, driver: _RunnerState, start: dict, limit: ReadLimit) -> dict:
         """The next end for a group member: the queues it holds after the latest rebalance
-        (see :meth:`GroupMember.settle`), moved on as :func:`next_end` moves any queue."""
+        (see :meth:`GroupMember.apply_allocation`), moved on as :func:`next_end` moves any
+        queue."""
         member = driver.member
         member.start()
         if member.left:
             return start  # an AvailableNow run that finished: nothing more to plan
         current = from_offset(start)
-        settled = member.settle(current, driver.allowed, first=start == UNRESOLVED)
-        owned = set(settled.kept) | set(settled.entering)
+        share = member.apply_allocation(current, driver.allowed, first=start == UNRESOLVED)
+        owned = set(share.kept) | set(share.entering)
         discovery = driver.offsets.discover()
         routed = [mq for mq in discovery.queues if mq in owned]
         fresh = start != driver.last_start
         driver.last_start = start
         latest = driver.offsets.max_offsets(routed, fresh=fresh) if routed else {}
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        end = next_end(settled.kept, routed, discovery.why_missing, latest, settled.entering,
+        end = next_end(share.kept, routed, discovery.why_missing, latest, share.entering,
                        self.options.fail_on_data_loss, max_rows, driver.target)
-        unplanned = set(settled.entering) - set(end)  # no route to it yet: it joins later
+        unplanned = set(share.entering) - set(end)  # no route to it yet: it joins later
         if unplanned:
             member.drop(unplanned)
-        if driver.target is not None and end == settled.kept and not settled.entering:
+        if driver.target is not None and end == share.kept and not share.entering:
             # AvailableNow drained what it was given: hand the queues back now (the batch
             # that ended at ``start`` is complete and committed).
             member.leave("Trigger.AvailableNow drained its queues", close=False)
         return to_offset(end)
 
     @staticmethod
-    def _join_for_available_now(driver: _Driver) -> set:
+    def _join_for_available_now(driver: _RunnerState) -> set:
         """Join, and wait a little for the locks of the queues allocated to us (a member that
         is handing them over releases them after its running batch); returns the queues this
         run drains."""
@@ -284,7 +281,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if addresses:
                 self._warn_if_group_is_shared(driver, addresses[0])
 
-    def _warn_if_group_is_shared(self, driver: _Driver, address: str) -> None:
+    def _warn_if_group_is_shared(self, driver: _RunnerState, address: str) -> None:
         """With ``membership=none`` the query reads every queue, yet its heartbeat makes it a
         member in the eyes of the group's other consumers: they leave it a share of the queues,
         which they then never read. Say so (once per set of other members)."""
