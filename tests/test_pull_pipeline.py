@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from rocketmq_spark.client import QueueRangeReader, ReadSettings, _native
+from rocketmq_spark.client.accelerator import FORCE_PURE_PYTHON
 from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.client.errors import ProtocolError
 from rocketmq_spark.client.native_pull import pull_template
@@ -26,6 +27,10 @@ from rocketmq_spark.embedded import _native as embedded_native
 from rocketmq_spark.embedded.pull import handle_pull
 
 from test_connection import HTTP_400, AnsweringPeer  # noqa: E402  (tests/ is on sys.path)
+
+# Tests that hold a C path against its Python twin: ROCKETMQ_SPARK_PURE_PYTHON switches the C off.
+compares_c_with_python = pytest.mark.skipif(
+    FORCE_PURE_PYTHON, reason="ROCKETMQ_SPARK_PURE_PYTHON is set: no C path to compare")
 
 GROUP = "pipeline-group"
 
@@ -64,6 +69,7 @@ def capped_admin(capped):
         yield admin
 
 
+@compares_c_with_python
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(start=st.integers(0, 599), length=st.integers(1, 600), nums=st.sampled_from([1, 5, 7, 32, 1024]),
        depth=st.sampled_from([1, 2, 16]), batch=st.sampled_from([3, 50, 32768]))
@@ -108,6 +114,7 @@ def test_answers_out_of_order_are_kept_until_their_turn(capped, capped_admin):
         assert [o for o, _ in rows] == list(range(300)) and reader.retries == 0
 
 
+@compares_c_with_python
 def test_other_frames_on_the_socket_are_dispatched_during_the_loop(capped, capped_admin):
     """An answer to another request that arrives while the native loop reads the socket goes
     to that request's future. (The broker holds that answer 0.1 s and the first pull 0.4 s,
@@ -154,6 +161,7 @@ def test_answers_read_by_another_caller_reach_the_loop(capped, capped_admin):
     assert time.monotonic() - started < 2 and reader.retries == 0
 
 
+@compares_c_with_python
 def test_a_peer_that_is_not_a_broker_is_named_by_the_native_loop():
     peer = AnsweringPeer(HTTP_400)
     try:
@@ -216,6 +224,7 @@ def _both(cluster, frame: bytes):
     return cluster._call(run)
 
 
+@compares_c_with_python
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(changes=st.fixed_dictionaries({}, optional=field_values),
        keep=st.lists(st.sampled_from(sorted(field_values)), max_size=len(field_values)),
@@ -245,6 +254,7 @@ def test_the_brokers_c_answer_is_the_python_answer(capped, changes, keep, serial
         assert native == python
 
 
+@compares_c_with_python
 def test_the_brokers_c_answer_at_every_offset_and_count(capped):
     """Every offset of the queue (and past its end), counts that the message cap, the byte cap
     or the queue's end cut: the C path answers each FOUND pull as Python does."""
@@ -260,6 +270,7 @@ def test_the_brokers_c_answer_at_every_offset_and_count(capped):
     assert answered == 200 * 6 * 2  # every offset in [0, 600) answered in C; none beyond
 
 
+@compares_c_with_python
 def test_the_readers_pulls_take_the_c_answer(capped):
     """What the native loop sends is what the C path answers (so benchmarks measure it)."""
     broker = capped.broker("broker-a")._broker
@@ -340,6 +351,7 @@ class CapturedBroker:
         self.server.close()
 
 
+@compares_c_with_python
 @pytest.mark.parametrize("subscription", ["*", "TagA"])
 def test_both_loops_read_the_genuine_brokers_answers_alike(capture, subscription):
     """The capture's pull answers (JSON headers, fastjson's field order, a NO_MATCHED_MESSAGE
