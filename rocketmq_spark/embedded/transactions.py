@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import struct
 import zlib
-from typing import TYPE_CHECKING, Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from ..client.protocol.codes import ResponseCode
 from ..client.protocol.frame import RemotingCommand
@@ -43,9 +43,6 @@ from .context import BrokerContext
 from .headers import java_bool, opt_str, req_int, req_long, req_str
 from .records import ensure_system_topic, tag_code
 from .store import BrokerStore
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .server import ServerConnection
 
 log = logging.getLogger(__name__)
 
@@ -167,9 +164,9 @@ class EndTransactionHandler:
     def __init__(self, context: BrokerContext):
         self.context = context
 
-    def handle(self, conn: "ServerConnection", cmd: RemotingCommand
-               ) -> Optional[RemotingCommand]:
-        """Commit or roll back one half message (EndTransactionProcessor)."""
+    def handle(self, conn, cmd: RemotingCommand) -> Optional[RemotingCommand]:
+        """Commit or roll back one half message (EndTransactionProcessor); ``conn`` is the
+        producer's connection (only its ``peer`` is read)."""
         f = cmd.fields
         group = req_str(f, "producerGroup")
         table_offset = req_long(f, "tranStateTableOffset")
