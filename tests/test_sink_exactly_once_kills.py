@@ -5,7 +5,8 @@ PushConsumer (tests/cpp_peer.py push) on the output topic receives every number 
 
 The runs, one checkpoint, one query:
 
-1. killed by the sink's test hook after it recorded micro-batch 1 as committed and before any
+1. killed by the pipeline's kill hook (tests/sink_pipeline.py hands the sink a CommitObserver
+   that SIGKILLs the driver) after the sink recorded micro-batch 1 as committed and before any
    END_TRANSACTION: the output holds batch 0 only, batch 1 waits as half messages;
    (slow variant: killed half-way through the END_TRANSACTIONs of batch 3;)
 2. killed by the hook after the sink's commit of batch 3 (slow: 5) returned, before Spark's
@@ -91,7 +92,7 @@ class Pipeline(AppProcess):
         return sum(v for k, v in json.loads(lines[-1]).items() if "/" in k)
 
     def wait_killed_by_hook(self, timeout: float = 240) -> None:
-        """Wait until the sink's hook has SIGKILLed the driver JVM (the script then dies of
+        """Wait until the pipeline's kill hook has SIGKILLed the driver JVM (the script then dies of
         its lost gateway), then clear away what is left of the process group."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.proc.poll() is None:
@@ -186,7 +187,7 @@ def consume_with_cpp_push(namesrv: str, topic: str, expect: int) -> List[dict]:
 
 
 def killed_by_hook(cluster, pipeline: Pipeline, sink: str, point: str, batch: int) -> None:
-    """Run the pipeline until the sink's hook kills its driver at ``point`` of ``batch``, then
+    """Run the pipeline until its kill hook kills the driver at ``point`` of ``batch``, then
     check what the output and the sink's record show at that point."""
     pipeline.start("--kill-at", f"{point}:{batch}")
     pipeline.wait_killed_by_hook()
@@ -224,7 +225,7 @@ def run_kills(cluster, tmp_path: Path, n: int, per_trigger: int,
                         str(per_trigger), "--task-max-failures", "4")
     seen: Dict[str, int] = {}
 
-    # 1-2. killed by the sink's hooks: after the record of a batch (before any of its
+    # 1-2. killed by the pipeline's kill hooks: after the record of a batch (before any of its
     # END_TRANSACTIONs), [half-way through them,] after its commit (before Spark's commit log)
     for point, batch in hooks:
         killed_by_hook(cluster, pipeline, sink, point, batch)
