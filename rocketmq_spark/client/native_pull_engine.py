@@ -5,7 +5,7 @@ back to the reader as a :class:`~.pull.PullResult`.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import pyarrow as pa
 
@@ -13,6 +13,9 @@ from . import native_pull
 from .native_pull_driver import PULL_RESPONSE, run_puller
 from .pull import PullResult, pull_result
 from .pull_engine import PullEngine
+
+if TYPE_CHECKING:  # the reader imports the engines; they only name its type
+    from .reader import QueueRangeReader
 
 
 def split_output(data: bytes, pieces: List[Tuple[int, int]]) -> Tuple[List[bytes], List[int]]:
@@ -31,7 +34,7 @@ class NativePullEngine(PullEngine):
 
     name = "native"
 
-    def __init__(self, reader):
+    def __init__(self, reader: "QueueRangeReader"):
         super().__init__(reader)
         self.puller = None
         self.conn = None

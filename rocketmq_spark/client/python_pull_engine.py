@@ -1,14 +1,17 @@
 """The pure-Python pull engine: the same algorithm as native/client/rmq_pull.c.
 
-Used where the C loop cannot run (no accelerator, ``ROCKETMQ_SPARK_PURE_PYTHON=1``, or a
-build without TLS and ACL support in the loop) and held against it by the tests.
+Used where the C loop is not built or switched off (``ROCKETMQ_SPARK_PURE_PYTHON=1``, or
+``ReadSettings(native=False)``), and held against it by the tests.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from .pull import PullResult, PullStatus
 from .pull_engine import PullEngine
+
+if TYPE_CHECKING:  # the reader imports the engines; they only name its type
+    from .reader import QueueRangeReader
 
 
 class PythonPullEngine(PullEngine):
@@ -20,7 +23,7 @@ class PythonPullEngine(PullEngine):
 
     name = "python"
 
-    def __init__(self, reader):
+    def __init__(self, reader: "QueueRangeReader"):
         super().__init__(reader)
         self.inflight: Dict[int, Tuple[int, str, tuple]] = {}  # offset -> (nums, address, pending)
         self.full_streak = 0
