@@ -157,6 +157,14 @@ class BrokerClient:
         return self._one_offset("timestamp", address, mq, timestamp_ms=timestamp_ms,
                                 timeout=timeout)
 
+    def get_earliest_msg_store_time(self, address: str, mq: MessageQueue,
+                                    timeout: Optional[float] = None) -> int:
+        """Store time (ms) of the message at the min offset; -1 for an empty queue."""
+        r = self._call(address, _cmd(RequestCode.GET_EARLIEST_MSG_STORETIME, {
+            "topic": mq.topic, "queueId": mq.queue_id, "bname": mq.broker_name}),
+            "GET_EARLIEST_MSG_STORETIME", timeout)
+        return self._offset(r, "timestamp", address, "GET_EARLIEST_MSG_STORETIME")
+
     def queue_offsets(self, kind: str, targets: Sequence[Tuple[str, MessageQueue]],
                       group: Optional[str] = None, timestamp_ms: Optional[int] = None,
                       timeout: Optional[float] = None
@@ -233,6 +241,25 @@ class BrokerClient:
             raise response_error(r, "GET_CONSUMER_LIST_BY_GROUP", address)
         return [str(c) for c in json_object(r.body, "consumer list").get("consumerIdList")
                 or []]
+
+    def get_consumer_connection_list(self, address: str, group: str,
+                                     timeout: Optional[float] = None) -> Dict[str, object]:
+        """The group's members as ``mqadmin consumerConnection`` shows them: the
+        ConsumerConnection JSON (``connectionSet`` of clientId/clientAddr/language/version,
+        ``subscriptionTable``, ``consumeType``, ...)."""
+        r = self._call(address, _cmd(RequestCode.GET_CONSUMER_CONNECTION_LIST, {
+            "consumerGroup": group}), "GET_CONSUMER_CONNECTION_LIST", timeout)
+        return json_object(r.body, "consumer connection list")
+
+    def get_consumer_running_info(self, address: str, group: str, client_id: str,
+                                  timeout: Optional[float] = None) -> bytes:
+        """GET_CONSUMER_RUNNING_INFO: the broker asks member ``client_id`` of ``group`` and
+        passes its ConsumerRunningInfo on (fastjson text: its ``mqTable`` has queues as object
+        keys, so it is returned as bytes)."""
+        r = self._call(address, _cmd(RequestCode.GET_CONSUMER_RUNNING_INFO, {
+            "consumerGroup": group, "clientId": client_id, "jstackEnable": False}),
+            "GET_CONSUMER_RUNNING_INFO", timeout)
+        return r.body
 
     def lock_batch_mq(self, address: str, group: str, queues: Iterable[MessageQueue],
                       client_id: Optional[str] = None, timeout: Optional[float] = None
