@@ -236,28 +236,25 @@ def TestOneInput(data: bytes) -> None:  # noqa: N802 - atheris's name
 
 
 def _records() -> List[bytes]:
-    P = message
+    encode = message.encode_stored_message
     props = "TAGS\x01TagA\x02KEYS\x01k1 k2\x02UNIQ_KEY\x017F0000010001\x02CLUSTER\x01c"
     out = [
-        P.encode_stored_message(topic="T", queue_id=0, queue_offset=0, physical_offset=0,
-                                body=b"hello", properties=props, born_timestamp=1,
-                                store_timestamp=2),
-        P.encode_stored_message(topic="T", queue_id=1, queue_offset=7, physical_offset=500,
-                                body=b"", properties=""),
-        P.encode_stored_message(topic="TopicV2", queue_id=2, queue_offset=8,
-                                physical_offset=900, body=b"x" * 40, properties="TAGS\x01a",
-                                magic=P.MAGIC_V2),
-        P.encode_stored_message(topic="T6", queue_id=3, queue_offset=9, physical_offset=1000,
-                                body=b"v6", properties="KEYS\x01k\x02KEYS\x01k2\x02",
-                                born_host="[::1]:1234", store_host="[fe80::1]:10911"),
-        P.encode_stored_message(topic="Tü", queue_id=0, queue_offset=10, physical_offset=1200,
-                                body="ünïcode".encode(), properties="TAGS\x01ü\x02TAGS\x01"),
+        encode(topic="T", queue_id=0, queue_offset=0, physical_offset=0, body=b"hello",
+               properties=props, born_timestamp=1, store_timestamp=2),
+        encode(topic="T", queue_id=1, queue_offset=7, physical_offset=500, body=b"",
+               properties=""),
+        encode(topic="TopicV2", queue_id=2, queue_offset=8, physical_offset=900,
+               body=b"x" * 40, properties="TAGS\x01a", magic=message.MAGIC_V2),
+        encode(topic="T6", queue_id=3, queue_offset=9, physical_offset=1000, body=b"v6",
+               properties="KEYS\x01k\x02KEYS\x01k2\x02", born_host="[::1]:1234",
+               store_host="[fe80::1]:10911"),
+        encode(topic="Tü", queue_id=0, queue_offset=10, physical_offset=1200,
+               body="ünïcode".encode(), properties="TAGS\x01ü\x02TAGS\x01"),
     ]
-    for kind in (P.COMPRESSION_ZLIB, P.COMPRESSION_LZ4, P.COMPRESSION_ZSTD):
-        body, flag = P.compress_body(b"compressible " * 20, kind)
-        out.append(P.encode_stored_message(topic="TC", queue_id=0, queue_offset=11 + kind,
-                                           physical_offset=2000, body=body, sys_flag=flag,
-                                           properties="TAGS\x01z"))
+    for kind in (message.COMPRESSION_ZLIB, message.COMPRESSION_LZ4, message.COMPRESSION_ZSTD):
+        body, flag = message.compress_body(b"compressible " * 20, kind)
+        out.append(encode(topic="TC", queue_id=0, queue_offset=11 + kind, physical_offset=2000,
+                          body=body, sys_flag=flag, properties="TAGS\x01z"))
     return out
 
 
