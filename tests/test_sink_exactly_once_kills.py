@@ -34,11 +34,13 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
+import psutil
 import pytest
 
 from app_process import AppProcess
+from waiting import wait_until
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
 from rocketmq_spark.client.transaction import END_TRANSACTION
 from source_helpers import produce
@@ -94,13 +96,13 @@ class Pipeline(AppProcess):
     def wait_killed_by_hook(self, timeout: float = 240) -> None:
         """Wait until the pipeline's kill hook has SIGKILLed the driver JVM (the script then dies of
         its lost gateway), then clear away what is left of the process group."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.proc.poll() is None:
+        def ended() -> bool:
             for event in self.run_events:
                 assert event["event"] not in ("failed", "drained"), \
                     f"the pipeline ended on its own instead of being killed: {event}"
-            time.sleep(0.1)
-        assert self.proc.poll() is not None, "the kill hook did not fire"
+            return self.proc.poll() is not None
+
+        wait_until(ended, timeout, "the kill hook to fire (the pipeline process to end)")
         jvm = self.jvm_pid()
         assert jvm is not None and not alive(jvm), "the driver JVM outlived the hook"
         try:
@@ -111,10 +113,10 @@ class Pipeline(AppProcess):
 
 
 def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
     try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
 
 
@@ -143,36 +145,35 @@ def checks_sent(cluster) -> int:
     return sum(cluster.transaction_stats(b.name)["checks_sent"] for b in cluster.brokers)
 
 
-def wait_until(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def mid_batch(cluster, pipeline: Pipeline, sink: str, after: int) -> int:
     """Wait until a micro-batch later than ``after`` is being sent: Spark logged its offsets
     but not its commit, and the sink's sends go on while the output topic does not grow
-    (nothing of the batch is visible before it commits). Returns the batch id."""
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        offsets, commits = pipeline.batches("offsets"), pipeline.batches("commits")
-        if offsets and offsets[-1] > after and (not commits or offsets[-1] > commits[-1]):
-            batch = offsets[-1]
-            sent0, out0 = sends_held(cluster), total(cluster, sink)
-            time.sleep(0.4)
-            if (sends_held(cluster) > sent0 and pipeline.batches("offsets")[-1] == batch
-                    and batch not in pipeline.batches("commits")):
-                if pipeline.sink_recorded(batch):
-                    continue  # the sink committed it meanwhile (Spark's commit log follows)
-                assert total(cluster, sink) == out0, \
-                    f"rows of micro-batch {batch} became visible before the sink committed it"
-                return batch
+    (nothing of the batch is visible before it commits). Returns the batch id.
+
+    Event-based, so it holds on a loaded machine: the batch counts as being sent once the
+    broker has held more of the sink's sends than when the batch was first seen planned."""
+    first_seen: Dict[str, int] = {}
+
+    def batch_being_sent() -> Optional[tuple]:  # a tuple, so that batch 0 counts as found
         assert pipeline.proc.poll() is None, "the pipeline exited"
-        time.sleep(0.02)
-    raise AssertionError("no micro-batch was caught while its half messages were being sent")
+        offsets, commits = pipeline.batches("offsets"), pipeline.batches("commits")
+        if not (offsets and offsets[-1] > after and (not commits or offsets[-1] > commits[-1])):
+            return None
+        batch = offsets[-1]
+        if first_seen.get("batch") != batch:
+            first_seen.update(batch=batch, sent=sends_held(cluster), out=total(cluster, sink))
+            return None
+        if (sends_held(cluster) <= first_seen["sent"] or batch in pipeline.batches("commits")
+                or pipeline.sink_recorded(batch)):  # not sent yet, or committed meanwhile
+            return None
+        assert total(cluster, sink) == first_seen["out"], \
+            f"rows of micro-batch {batch} became visible before the sink committed it"
+        return (batch,)
+
+    (batch,) = wait_until(batch_being_sent, 180,
+                          "a micro-batch caught while its half messages were being sent",
+                          interval=0.02)
+    return batch
 
 
 def consume_with_cpp_push(namesrv: str, topic: str, expect: int) -> List[dict]:

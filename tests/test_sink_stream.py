@@ -5,7 +5,6 @@ sent again after the kill carries the message id of its first copy."""
 from __future__ import annotations
 
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import List
@@ -15,6 +14,7 @@ import pytest
 from app_process import AppProcess
 from rocketmq_spark.client.protocol.codes import RequestCode
 from source_helpers import produce
+from waiting import wait_until
 
 PIPELINE = Path(__file__).resolve().parent / "sink_pipeline.py"
 
@@ -108,19 +108,21 @@ def test_after_a_driver_sigkill_resent_messages_keep_their_ids(spark, embedded_c
     pipeline.start()
     pipeline.wait_for(lambda e: e["event"] == "progress" and e["rows"] > 0, 300,
                       "a first batch")
-    killed_mid_write = False
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    # Event-based, so it holds on a loaded machine: a batch is part-way written once the
+    # output grew after the batch was first seen planned and before it is committed.
+    first_seen: dict = {}
+
+    def batch_being_written() -> bool:
         offsets, commits = pipeline.batches("offsets"), pipeline.batches("commits")
-        if offsets and commits and offsets[-1] > commits[-1]:
-            before = total(cluster, sink)
-            time.sleep(0.3)
-            if total(cluster, sink) > before and pipeline.batches("commits") == commits:
-                pipeline.kill()
-                killed_mid_write = True
-                break
-        time.sleep(0.02)
-    assert killed_mid_write, "no kill while a micro-batch was being written"
+        if not (offsets and commits and offsets[-1] > commits[-1]):
+            return False
+        if first_seen.get("batch") != offsets[-1]:
+            first_seen.update(batch=offsets[-1], out=total(cluster, sink), commits=commits)
+            return False
+        return total(cluster, sink) > first_seen["out"] and commits == first_seen["commits"]
+
+    wait_until(batch_being_written, 120, "a micro-batch part-way written", interval=0.02)
+    pipeline.kill()
     cluster.clear_faults()
     pipeline.start()
     pipeline.drain()
