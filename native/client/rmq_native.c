@@ -382,13 +382,18 @@ static void *writable(PyObject *obj, Py_ssize_t need, Py_buffer *view) {
     return view->buf;
 }
 
-/* The output buffers of one fill() call, held until it returns. */
+/* Where fill() writes: the caller's buffers. */
 typedef struct {
     int32_t *i32;               /* queue_id, flag, sys_flag, reconsume_times: n values each */
     int64_t *i64;               /* queue_offset, physical_offset, born and store timestamps */
     col_t cols[NCOLS];          /* the variable-width columns (unwanted ones stay empty) */
     uint8_t *valid[2];          /* validity bitmaps of tags and keys */
     int wanted[NCOLS];
+} columns_t;
+
+/* The output buffers of one fill() call, held until it returns. */
+typedef struct {
+    columns_t to;
     Py_buffer views[2 + 2 * NCOLS + 2];
     int held;                   /* views to release */
 } outputs_t;
@@ -400,26 +405,26 @@ static int take_outputs(const scan_t *sc, int want, PyObject *ints_obj, PyObject
     Py_ssize_t n = sc->n;
     int wanted[NCOLS] = {1, 1, want & WANT_PROPERTIES, 1, 1, 1, want & WANT_OFFSET_ID,
                          !sc->any_v6, !sc->any_v6};
-    memcpy(o->wanted, wanted, sizeof(wanted));
-    if (!(o->i32 = writable(ints_obj, 16 * n, &o->views[o->held]))) return -1;
+    memcpy(o->to.wanted, wanted, sizeof(wanted));
+    if (!(o->to.i32 = writable(ints_obj, 16 * n, &o->views[o->held]))) return -1;
     o->held++;
-    if (!(o->i64 = writable(longs_obj, 32 * n, &o->views[o->held]))) return -1;
+    if (!(o->to.i64 = writable(longs_obj, 32 * n, &o->views[o->held]))) return -1;
     o->held++;
     for (int c = 0; c < NCOLS; c++) {
         if (!wanted[c]) continue;
-        o->cols[c].off = writable(PyList_GET_ITEM(offs, c), 4 * (n + 1), &o->views[o->held]);
-        if (!o->cols[c].off) return -1;
+        o->to.cols[c].off = writable(PyList_GET_ITEM(offs, c), 4 * (n + 1), &o->views[o->held]);
+        if (!o->to.cols[c].off) return -1;
         o->held++;
-        o->cols[c].dat = writable(PyList_GET_ITEM(datas, c), sc->sz[c], &o->views[o->held]);
-        if (!o->cols[c].dat) return -1;
+        o->to.cols[c].dat = writable(PyList_GET_ITEM(datas, c), sc->sz[c], &o->views[o->held]);
+        if (!o->to.cols[c].dat) return -1;
         o->held++;
-        o->cols[c].off[0] = 0;
+        o->to.cols[c].off[0] = 0;
     }
     for (int v = 0; v < 2; v++) {
-        o->valid[v] = writable(PyList_GET_ITEM(valids, v), (n + 7) / 8, &o->views[o->held]);
-        if (!o->valid[v]) return -1;
+        o->to.valid[v] = writable(PyList_GET_ITEM(valids, v), (n + 7) / 8, &o->views[o->held]);
+        if (!o->to.valid[v]) return -1;
         o->held++;
-        memset(o->valid[v], 0, (n + 7) / 8);
+        memset(o->to.valid[v], 0, (n + 7) / 8);
     }
     return 0;
 }
@@ -431,14 +436,14 @@ static void release_outputs(outputs_t *o) {
 
 /* The broker's offset id of a record (store host + physical offset, in hex) as value i of
  * ``col``. */
-static void put_offset_id(col_t *col, Py_ssize_t i, const uint8_t *b, const rec_t *r) {
+static inline void put_offset_id(col_t *col, Py_ssize_t i, const uint8_t *b, const rec_t *r) {
     put_hex(col, b + r->store_host, r->store_len);
     put_hex(col, b + r->start + 28, 8);
     col->off[i + 1] = (int32_t)col->pos;
 }
 
 /* Write record i of the scanned body ``b`` into every wanted column. */
-static inline void fill_record(outputs_t *o, const uint8_t *b, const rec_t *r, Py_ssize_t i,
+static inline void fill_record(columns_t *o, const uint8_t *b, const rec_t *r, Py_ssize_t i,
                                Py_ssize_t n, host_cache_t *born, host_cache_t *store) {
     const uint8_t *s = b + r->start;
     col_t *cols = o->cols;
@@ -496,8 +501,9 @@ static PyObject *fill(PyObject *self, PyObject *args) {
     }
     const uint8_t *b = (const uint8_t *)sc->view.buf;
     host_cache_t born_cache = {{0}, {0}, 0, 0}, store_cache = {{0}, {0}, 0, 0};
+    columns_t to = o.to;  /* a copy no other code can reach: the compiler keeps it in registers */
     for (Py_ssize_t i = 0; i < sc->n; i++)
-        fill_record(&o, b, &sc->recs[i], i, sc->n, &born_cache, &store_cache);
+        fill_record(&to, b, &sc->recs[i], i, sc->n, &born_cache, &store_cache);
     release_outputs(&o);
     Py_RETURN_NONE;
 }

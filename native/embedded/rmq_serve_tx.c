@@ -1,10 +1,10 @@
 /*
  * serve_tx(): the embedded broker's answer to the frames of an exactly-once write, in C.
  *
- * Why: an exactly-once write (the sink's exactly_once mode) sends every row as a half message (SEND_MESSAGE_V2
- * with TRAN_MSG=true) and then ends it with END_TRANSACTION COMMIT. Answering those in Python
- * cost the embedded broker about 0.3 ms of CPU per row, on the two cores it shares with the
- * writer; this does the same work for the common frames.
+ * Why: an exactly-once write (the sink's exactly_once mode) sends every row as a half message
+ * (SEND_MESSAGE_V2 with TRAN_MSG=true) and then ends it with END_TRANSACTION COMMIT. Answering
+ * those in Python cost the embedded broker about 0.3 ms of CPU per row, on the two cores it
+ * shares with the writer; this does the same work for the common frames.
  *
  * What: a leading run of frames that are plain half sends (not batch, existing writable
  * SINGLE_TAG topic, valid queue, the half topic already exists) or END_TRANSACTION COMMIT /
@@ -13,11 +13,12 @@
  * (handle_send) and embedded/transactions.py (end_transaction) write them, through the store's
  * fast-path interface only (embedded/store.py: now, queue, commit_log.size and .append, a
  * queue's max_offset, append, extend_timed and buffer_view) so the clock, the persistence and
- * the queues stay in one place, and long polls are told as the Python path tells them. Anything unusual (an error to answer, a field that is not plain ASCII, an
- * unknown key spelling, a response frame) stops the run: that frame and the rest go to the
- * Python path, which stays the reference (tests/test_embedded_tx_fast.py holds the two
- * byte-identical, stores and answers). ACL and fault injection are checked by the caller
- * (embedded/server.py) before it calls this.
+ * the queues stay in one place, and long polls are told as the Python path tells them.
+ * Anything unusual (an error to answer, a field that is not plain ASCII, an unknown key
+ * spelling, a response frame) stops the run: that frame and the rest go to the Python path,
+ * which stays the reference (tests/test_embedded_tx_fast.py holds the two byte-identical,
+ * stores and answers). ACL and fault injection are checked by the caller (embedded/server.py)
+ * before it calls this.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
