@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from types import ModuleType
-from typing import Callable, Optional
+from typing import Optional
 
 PURE_PYTHON_VARIABLE = "ROCKETMQ_SPARK_PURE_PYTHON"
 
@@ -24,16 +24,7 @@ except ImportError:  # pragma: no cover - depends on the build
 
 
 def built_module() -> Optional[ModuleType]:
-    """The C module when it is built, whatever :data:`FORCE_PURE_PYTHON` says (for callers
-    that keep their own switch, and for tests that hold the C and Python paths together)."""
+    """The C module when it is built, whatever :data:`FORCE_PURE_PYTHON` says: each caller
+    keeps the switch beside it (tests flip a caller's copy to hold its C and Python paths
+    together)."""
     return _built
-
-
-def native_module() -> Optional[ModuleType]:
-    """The C module, or ``None`` when it is not built or the pure-Python paths are forced."""
-    return None if FORCE_PURE_PYTHON else _built
-
-
-def native_function(name: str) -> Optional[Callable]:
-    """The C module's ``name``, or ``None`` when it lacks it, is not built or is switched off."""
-    return getattr(native_module(), name, None)

@@ -8,7 +8,6 @@ loads it. ``ROCKETMQ_SPARK_PURE_PYTHON`` switches it off with the client's C
 """
 from __future__ import annotations
 
-from types import ModuleType
 from typing import Callable, Optional
 
 from ..client.accelerator import FORCE_PURE_PYTHON
@@ -19,16 +18,6 @@ except ImportError:  # pragma: no cover - depends on the build
     _built = None
 
 
-def built_module() -> Optional[ModuleType]:
-    """The C module when it is built, whatever ``ROCKETMQ_SPARK_PURE_PYTHON`` says (tests)."""
-    return _built
-
-
-def native_module() -> Optional[ModuleType]:
-    """The C module, or ``None`` when it is not built or the pure-Python paths are forced."""
-    return None if FORCE_PURE_PYTHON else _built
-
-
 def native_function(name: str) -> Optional[Callable]:
     """The C module's ``name``, or ``None`` when it lacks it, is not built or is switched off."""
-    return getattr(native_module(), name, None)
+    return None if FORCE_PURE_PYTHON else getattr(_built, name, None)
