@@ -30,7 +30,7 @@
 #include "rmq_bytes.h"
 #include "rmq_embedded.h"
 #include "rmq_reqhdr.h"
-#include "rmq_store.h"
+#include "rmq_tx_store.h"
 
 #define MAX_FRAME (16 * 1024 * 1024)
 #define FLAG_RESPONSE 1
@@ -41,12 +41,9 @@
 #define SYSFLAG_HOST_V6 0x30
 #define TX_COMMIT 0x8
 #define TX_ROLLBACK 0xC
-#define PERM_WRITE 2
 #define MAX_PROPS 128
 #define MAX_PROPS_BYTES 32767
 
-static const char HALF_TOPIC[] = "RMQ_SYS_TRANS_HALF_TOPIC";
-static const char OP_TOPIC[] = "RMQ_SYS_TRANS_OP_HALF_TOPIC";
 
 /* ---------------------------------------------------------------- request header fields */
 
@@ -301,312 +298,6 @@ static int32_t props_tag_code(const props_t *m) {
     return t < 0 ? 0 : java_hash(m->value[t].p, m->value[t].n);
 }
 
-/* ---------------------------------------------------------------- the broker's state */
-
-/* What the caller hands over (embedded/transactions.py native_tx_answers). */
-typedef struct {
-    PyObject *store, *topics, *queues, *commit_log, *long_poll, *crc32;
-    const uint8_t *store_host, *born_host;
-    Py_ssize_t store_host_len, born_host_len;
-    const char *cluster, *trace_on, *region;
-    long long max_message_size;
-    int version;
-    struct batch *b;  /* the records of this run not yet in the store; NULL: store each now */
-    int own_clock;    /* store.now is BrokerStore.now itself (store_now reads it in C) */
-} ctx_t;
-
-/* The run's records not yet handed to the store (batch mode): the commit log is appended once
- * and each queue extended once, at the end of the run (flush_batch), instead of per record.
- * Offsets come from the sizes: a queue's next offset is its max offset when the run first
- * touched it plus the records pending for it, the next physical offset the commit log's size
- * at the run's first record plus the bytes pending. Nothing else writes the store meanwhile:
- * the run holds the GIL except inside the Python calls it makes itself (store.now, crc32,
- * store.queue), and they do not append. */
-#define MAX_PQ 32
-typedef struct {
-    char topic[128];
-    int64_t qid;
-    PyObject *queue, *topic_o, *qid_o, *records, *codes, *times;
-    long long base;  /* the queue's max offset when the run first stored in it */
-    Py_ssize_t n;
-} pq_t;
-
-typedef struct batch {
-    int nq;
-    pq_t q[MAX_PQ];
-    PyObject *all;  /* every pending record, in store order */
-    long long log_base;
-    Py_ssize_t bytes;
-    int have_base;
-} batch_t;
-
-static PyObject *S_now, *S_queue, *S_append, *S_size, *S_notify,
-                *S_perm, *S_rq, *S_wq, *S_filter, *S_max_offset;
-
-static int intern_names(void) {
-#define I(var, text) if (!var && !(var = PyUnicode_InternFromString(text))) return -1
-    I(S_now, "now"); I(S_queue, "queue"); I(S_append, "append");
-    I(S_size, "size");
-    I(S_notify, "notify_arrival_soon"); I(S_perm, "perm"); I(S_rq, "read_queue_nums");
-    I(S_wq, "write_queue_nums"); I(S_filter, "topic_filter_type");
-    I(S_max_offset, "max_offset");
-#undef I
-    return 0;
-}
-
-static int attr_ll(PyObject *o, PyObject *name, long long *out) {
-    PyObject *v = PyObject_GetAttr(o, name);
-    if (!v) return -1;
-    *out = PyLong_AsLongLong(v);
-    Py_DECREF(v);
-    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
-}
-
-/* Whether store.now is embedded/store.py's BrokerStore.now bound to the store (not a
- * subclass's, not a clock a test put on the instance): 1, 0, or -1 with an error. */
-static PyObject *broker_now, *S_last_store_timestamp;
-
-static int own_clock(PyObject *store) {
-    if (!S_last_store_timestamp &&
-        !(S_last_store_timestamp = PyUnicode_InternFromString("last_store_timestamp")))
-        return -1;
-    if (!broker_now) {
-        PyObject *mod = PyImport_ImportModule("rocketmq_spark.embedded.store");
-        PyObject *cls = mod ? PyObject_GetAttrString(mod, "BrokerStore") : NULL;
-        broker_now = cls ? PyObject_GetAttrString(cls, "now") : NULL;
-        Py_XDECREF(mod);
-        Py_XDECREF(cls);
-        if (!broker_now) { PyErr_Clear(); return 0; }
-    }
-    PyObject *m = PyObject_GetAttr(store, S_now);
-    if (!m) return -1;
-    int mine = PyMethod_Check(m) && PyMethod_GET_FUNCTION(m) == broker_now &&
-               PyMethod_GET_SELF(m) == store;
-    Py_DECREF(m);
-    return mine;
-}
-
-/* store.now() (a new reference). BrokerStore.now itself is done here, as it reads:
- * max(int(time.time() * 1000), self.last_store_timestamp), stored back there (the store's
- * fast-path interface allows it); time.time()'s double as CPython makes it from
- * CLOCK_REALTIME (_PyTime_AsSecondsDouble). Any other clock is called. */
-static PyObject *store_now(const ctx_t *c) {
-    if (!c->own_clock) return PyObject_CallMethodObjArgs(c->store, S_now, NULL);
-    struct timespec ts;
-    if (clock_gettime(CLOCK_REALTIME, &ts) < 0) return PyErr_SetFromErrno(PyExc_OSError);
-    int64_t ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-    double secs = ns % 1000000000 == 0 ? (double)(ns / 1000000000) : (double)ns / 1e9;
-    long long ms = (long long)(secs * 1000.0), last;
-    if (attr_ll(c->store, S_last_store_timestamp, &last) < 0) return NULL;
-    if (last > ms) ms = last;
-    PyObject *o = PyLong_FromLongLong(ms);
-    if (o && PyObject_SetAttr(c->store, S_last_store_timestamp, o) < 0) Py_CLEAR(o);
-    return o;
-}
-
-/* The topic's config in store.topics, borrowed; NULL (no error) when there is none. */
-static PyObject *topic_config(const ctx_t *c, const uint8_t *t, Py_ssize_t n) {
-    PyObject *name = PyUnicode_DecodeASCII((const char *)t, n, NULL);
-    if (!name) return NULL;
-    PyObject *cfg = PyDict_GetItemWithError(c->topics, name);
-    Py_DECREF(name);
-    return cfg;
-}
-
-/* store.queue(topic, queue_id) (a new reference): found in store.queues, else made by the
- * store's own method. */
-static PyObject *get_queue(const ctx_t *c, PyObject *topic, PyObject *qid) {
-    PyObject *key = PyTuple_Pack(2, topic, qid);
-    if (!key) return NULL;
-    PyObject *queue = PyDict_GetItemWithError(c->queues, key);
-    Py_DECREF(key);
-    if (queue) { Py_INCREF(queue); return queue; }
-    if (PyErr_Occurred()) return NULL;
-    return PyObject_CallMethodObjArgs(c->store, S_queue, topic, qid, NULL);
-}
-
-/* ConsumeQueue.max_offset. */
-static int queue_max_offset(PyObject *queue, long long *out) {
-    return attr_ll(queue, S_max_offset, out);
-}
-
-/* Store one record in (topic, queue_id) as transactions.py _append / BrokerStore.append do:
- * ``build`` writes the record for (queue offset, physical offset, now) into a new bytes
- * object; *at gets its queue and physical offsets. Returns 0, or -1 with an error set (the
- * broker's state may then be partial, as it would be after a failing Python handler). */
-typedef PyObject *(*build_fn)(const void *arg, int64_t queue_offset, int64_t phys, int64_t now);
-
-static int store_batched(const ctx_t *c, const char *topic, int64_t queue_id, int32_t code,
-                         build_fn build, const void *arg, long long at[2]);
-
-static int store_record(const ctx_t *c, const char *topic, int64_t queue_id, int32_t code,
-                        build_fn build, const void *arg, long long at[2]) {
-    if (c->b) return store_batched(c, topic, queue_id, code, build, arg, at);
-    int rc = -1;
-    PyObject *topic_o = NULL, *qid = NULL, *queue = NULL, *now_o = NULL, *record = NULL,
-             *res = NULL, *code_o = NULL, *codes = NULL, *max_o = NULL;
-    long long offset, phys, now;
-    if (!(topic_o = PyUnicode_FromString(topic)) || !(qid = PyLong_FromLongLong(queue_id)))
-        goto done;
-    if (!(queue = get_queue(c, topic_o, qid))) goto done;
-    if (!(now_o = store_now(c))) goto done;
-    now = PyLong_AsLongLong(now_o);
-    if (now == -1 && PyErr_Occurred()) goto done;
-    if (queue_max_offset(queue, &offset) < 0 || attr_ll(c->commit_log, S_size, &phys) < 0)
-        goto done;
-    at[0] = offset; at[1] = phys;
-    if (!(record = build(arg, offset, phys, now))) goto done;
-    if (!(res = PyObject_CallMethodObjArgs(c->commit_log, S_append, record, NULL))) goto done;
-    Py_CLEAR(res);
-    if (!(code_o = PyLong_FromLong(code))) goto done;
-    if (!(res = PyObject_CallMethodObjArgs(queue, S_append, record, code_o, now_o, NULL)))
-        goto done;
-    Py_CLEAR(res);
-    if (!(codes = PyList_New(1))) goto done;
-    Py_INCREF(code_o);
-    PyList_SET_ITEM(codes, 0, code_o);
-    if (!(max_o = PyLong_FromLongLong(offset + 1))) goto done;
-    if (!(res = PyObject_CallMethodObjArgs(c->long_poll, S_notify, topic_o, qid, max_o, codes,
-                                           NULL)))
-        goto done;
-    rc = 0;
-done:
-    Py_XDECREF(topic_o); Py_XDECREF(qid); Py_XDECREF(queue); Py_XDECREF(now_o);
-    Py_XDECREF(record); Py_XDECREF(res); Py_XDECREF(code_o); Py_XDECREF(codes);
-    Py_XDECREF(max_o);
-    return rc;
-}
-
-static void pq_clear(pq_t *q) {
-    Py_CLEAR(q->queue); Py_CLEAR(q->topic_o); Py_CLEAR(q->qid_o);
-    Py_CLEAR(q->records); Py_CLEAR(q->codes); Py_CLEAR(q->times);
-    q->n = 0;
-}
-
-/* Forget the pending records (stored or dropped). */
-static void batch_clear(batch_t *b) {
-    for (int i = 0; i < b->nq; i++) pq_clear(&b->q[i]);
-    b->nq = 0;
-    Py_CLEAR(b->all);
-    b->bytes = 0;
-    b->have_base = 0;
-}
-
-/* The pending queue (topic, queue_id), NULL when the run has not stored in it. */
-static pq_t *pq_find(batch_t *b, const char *topic, int64_t queue_id) {
-    for (int i = 0; i < b->nq; i++)
-        if (b->q[i].qid == queue_id && strcmp(b->q[i].topic, topic) == 0) return &b->q[i];
-    return NULL;
-}
-
-/* store_record in batch mode: the same Python calls up to the record (store.queue for a queue
- * the run meets first, store.now for every record, in the Python path's order, so a clock
- * gives the same store times), the record kept for flush_batch. */
-static int store_batched(const ctx_t *c, const char *topic, int64_t queue_id, int32_t code,
-                         build_fn build, const void *arg, long long at[2]) {
-    batch_t *b = c->b;
-    pq_t *q = pq_find(b, topic, queue_id);
-    if (!q) {
-        size_t tl = strlen(topic);
-        if (b->nq == MAX_PQ || tl >= sizeof(q->topic)) {
-            PyErr_SetString(PyExc_SystemError, "serve_tx: too many queues in one run");
-            return -1;
-        }
-        pq_t *n = &b->q[b->nq];
-        memset(n, 0, sizeof(*n));
-        memcpy(n->topic, topic, tl + 1);
-        n->qid = queue_id;
-        if (!(n->topic_o = PyUnicode_FromString(topic)) ||
-            !(n->qid_o = PyLong_FromLongLong(queue_id)) ||
-            !(n->queue = get_queue(c, n->topic_o, n->qid_o)) ||
-            queue_max_offset(n->queue, &n->base) < 0 || !(n->records = PyList_New(0)) ||
-            !(n->codes = PyList_New(0)) || !(n->times = PyList_New(0))) {
-            pq_clear(n);
-            return -1;
-        }
-        q = n;
-        b->nq++;
-    }
-    if (!b->all && !(b->all = PyList_New(0))) return -1;
-    if (!b->have_base) {
-        if (attr_ll(c->commit_log, S_size, &b->log_base) < 0) return -1;
-        b->have_base = 1;
-    }
-    PyObject *now_o = store_now(c);
-    if (!now_o) return -1;
-    long long now = PyLong_AsLongLong(now_o);
-    if (now == -1 && PyErr_Occurred()) { Py_DECREF(now_o); return -1; }
-    at[0] = q->base + q->n;
-    at[1] = b->log_base + b->bytes;
-    PyObject *record = build(arg, at[0], at[1], now), *code_o = NULL;
-    int rc = -1;
-    if (record && (code_o = PyLong_FromLong(code)) && PyList_Append(q->times, now_o) == 0 &&
-        PyList_Append(q->codes, code_o) == 0 && PyList_Append(q->records, record) == 0 &&
-        PyList_Append(b->all, record) == 0) {
-        q->n++;
-        b->bytes += PyBytes_GET_SIZE(record);
-        rc = 0;
-    }
-    Py_DECREF(now_o);
-    Py_XDECREF(record);
-    Py_XDECREF(code_o);
-    return rc;
-}
-
-/* Hand the pending records to the store: commit_log.append of them all (physical offsets from
- * its size), then each queue's extend_timed (ConsumeQueue.append of each record in turn),
- * then one long_poll.notify_arrival_soon per queue with the queue's new max offset and the
- * tag codes stored (what the per-record calls would have woken: a pull parks at the queue's
- * max offset, so every record of the run is at or after it). Returns 0, or -1 with an error
- * set: -1 when the commit log's append raised (nothing was stored), -2 when a later call did
- * (the records are in the log: not to be stored again). The pending records are forgotten
- * either way. */
-static PyObject *S_extend_timed, *S_join;
-
-static int flush_batch(const ctx_t *c) {
-    batch_t *b = c->b;
-    int rc = -1;
-    PyObject *empty = NULL, *data = NULL, *res = NULL;
-    if (!b->all || PyList_GET_SIZE(b->all) == 0) { rc = 0; goto done; }
-    if (!S_extend_timed && !(S_extend_timed = PyUnicode_InternFromString("extend_timed")))
-        goto done;
-    if (!S_join && !(S_join = PyUnicode_InternFromString("join"))) goto done;
-    if (PyList_GET_SIZE(b->all) == 1) {
-        data = PyList_GET_ITEM(b->all, 0);
-        Py_INCREF(data);
-    } else {
-        if (!(empty = PyBytes_FromStringAndSize(NULL, 0))) goto done;
-        if (!(data = PyObject_CallMethodObjArgs(empty, S_join, b->all, NULL))) goto done;
-    }
-    if (!(res = PyObject_CallMethodObjArgs(c->commit_log, S_append, data, NULL))) goto done;
-    Py_CLEAR(res);
-    rc = -2;
-    for (int i = 0; i < b->nq; i++) {
-        pq_t *q = &b->q[i];
-        if (!q->n) continue;
-        if (!(res = PyObject_CallMethodObjArgs(q->queue, S_extend_timed, q->records, q->codes,
-                                               q->times, NULL)))
-            goto done;
-        Py_CLEAR(res);
-    }
-    for (int i = 0; i < b->nq; i++) {
-        pq_t *q = &b->q[i];
-        if (!q->n) continue;
-        PyObject *max_o = PyLong_FromLongLong(q->base + q->n);
-        if (!max_o) goto done;
-        res = PyObject_CallMethodObjArgs(c->long_poll, S_notify, q->topic_o, q->qid_o, max_o,
-                                         q->codes, NULL);
-        Py_DECREF(max_o);
-        if (!res) goto done;
-        Py_CLEAR(res);
-    }
-    rc = 0;
-done:
-    Py_XDECREF(empty); Py_XDECREF(data); Py_XDECREF(res);
-    batch_clear(b);
-    return rc;
-}
-
 static uint8_t *put32(uint8_t *o, int32_t v) { wr32(o, (uint32_t)v); return o + 4; }
 static uint8_t *put64(uint8_t *o, int64_t v) {
     wr32(o, (uint32_t)((uint64_t)v >> 32)); wr32(o + 4, (uint32_t)v); return o + 8;
@@ -719,22 +410,6 @@ static int plain_topic(const span_t *t) {
     return 1;
 }
 
-/* 1: the topic exists, is writable, SINGLE_TAG and has queue qid; 0: not so; -1: error. */
-static int topic_takes(const ctx_t *c, const span_t *t, int64_t qid) {
-    PyObject *cfg = topic_config(c, t->p, t->n);
-    if (!cfg) return PyErr_Occurred() ? -1 : 0;
-    long long perm, rq, wq;
-    if (attr_ll(cfg, S_perm, &perm) < 0 || attr_ll(cfg, S_rq, &rq) < 0 ||
-        attr_ll(cfg, S_wq, &wq) < 0)
-        return -1;
-    PyObject *filter = PyObject_GetAttr(cfg, S_filter);
-    if (!filter) return -1;
-    int single = PyUnicode_Check(filter) &&
-                 PyUnicode_CompareWithASCIIString(filter, "SINGLE_TAG") == 0;
-    Py_DECREF(filter);
-    return single && (perm & PERM_WRITE) && qid >= 0 && qid < (wq > rq ? wq : rq);
-}
-
 /* A half send (handle_send's is_half branch): its answer, NULL without an error when Python
  * must answer it, NULL with an error. */
 static PyObject *half_send(const ctx_t *c, const req_t *r, int ser, const uint8_t *body,
@@ -754,9 +429,9 @@ static PyObject *half_send(const ctx_t *c, const req_t *r, int ser, const uint8_
     if (props_parse(r->v[S_I].p, r->v[S_I].n, &m) < 0) return NULL;
     int t = props_find(&m, "TRAN_MSG");
     if (t < 0 || !java_true(m.value[t].p, m.value[t].n)) return NULL;
-    int ok = topic_takes(c, &r->v[S_B], qid);
+    int ok = tx_topic_takes(c, r->v[S_B].p, r->v[S_B].n, qid);
     if (ok <= 0) return NULL;
-    PyObject *half_cfg = topic_config(c, (const uint8_t *)HALF_TOPIC, strlen(HALF_TOPIC));
+    PyObject *half_cfg = tx_topic_config(c, (const uint8_t *)HALF_TOPIC, strlen(HALF_TOPIC));
     if (!half_cfg) return NULL;  /* the first half send creates it, in Python */
 
     /* half_properties: CLUSTER, REAL_TOPIC, REAL_QID set, in HashMap order */
@@ -768,7 +443,7 @@ static PyObject *half_send(const ctx_t *c, const req_t *r, int ser, const uint8_
         props_put(&m, (const uint8_t *)"REAL_QID", 8, (const uint8_t *)qid_text,
                   (Py_ssize_t)strlen(qid_text)) < 0)
         return NULL;
-    uint8_t text[MAX_PROPS_BYTES + 1];  /* not static: store_record runs Python code, and
+    uint8_t text[MAX_PROPS_BYTES + 1];  /* not static: tx_store_record runs Python code, and
                                          * another broker's thread may come in meanwhile */
     Py_ssize_t text_len = props_write(&m, text);
     if (text_len < 0) return NULL;
@@ -785,13 +460,13 @@ static PyObject *half_send(const ctx_t *c, const req_t *r, int ser, const uint8_
      * from then on (empty) */
     PyObject *topic_o = PyUnicode_DecodeASCII((const char *)r->v[S_B].p, r->v[S_B].n, NULL);
     PyObject *qid_o = topic_o ? PyLong_FromLongLong(qid) : NULL;
-    PyObject *queue = qid_o ? get_queue(c, topic_o, qid_o) : NULL;
+    PyObject *queue = qid_o ? tx_get_queue(c, topic_o, qid_o) : NULL;
     Py_XDECREF(topic_o);
     Py_XDECREF(qid_o);
     if (!queue) return NULL;
     Py_DECREF(queue);
     long long at[2];  /* the half's queue offset and commit-log offset */
-    if (store_record(c, HALF_TOPIC, 0, props_tag_code(&m), build_half, &h, at) < 0) return NULL;
+    if (tx_store_record(c, HALF_TOPIC, 0, props_tag_code(&m), build_half, &h, at) < 0) return NULL;
 
     char msg_id[2 * (20 + 8) + 1], offset_text[24];
     static const char hex[] = "0123456789ABCDEF";
@@ -813,69 +488,6 @@ static PyObject *half_send(const ctx_t *c, const req_t *r, int ser, const uint8_
 }
 
 /* ---------------------------------------------------------------- END_TRANSACTION */
-
-/* The half record stored at commit-log offset phys (transactions.py _half_at: a binary
- * search of the half queue), copied; NULL without an error when there is none. The record at
- * queue offset ``hint`` (the request's tranStateTableOffset) is looked at first: commit-log
- * offsets are unique, so when it matches it is the one the search finds. */
-/* find_half among the half records this run has not yet stored (batch mode): a half sent
- * earlier in the same chunk; a new reference, NULL without an error when there is none. */
-static PyObject *find_pending_half(batch_t *b, int64_t phys, int64_t hint,
-                                   int64_t *queue_offset) {
-    pq_t *q = pq_find(b, HALF_TOPIC, 0);
-    if (!q || !q->n) return NULL;
-    Py_ssize_t lo = 0, hi = q->n, probe = -1;
-    if (hint >= q->base && hint - q->base < hi) probe = (Py_ssize_t)(hint - q->base);
-    while (lo < hi) {
-        Py_ssize_t mid = probe >= 0 ? probe : (lo + hi) / 2;
-        probe = -1;
-        PyObject *rec = PyList_GET_ITEM(q->records, mid);
-        const uint8_t *r = (const uint8_t *)PyBytes_AS_STRING(rec);
-        if (PyBytes_GET_SIZE(rec) < 36) return NULL;
-        int64_t at = ((int64_t)(uint32_t)rd32(r + 28) << 32) | (uint32_t)rd32(r + 32);
-        if (at == phys) {
-            *queue_offset = q->base + mid;
-            Py_INCREF(rec);
-            return rec;
-        }
-        if (at < phys) lo = mid + 1; else hi = mid;
-    }
-    return NULL;
-}
-
-static PyObject *find_half(const ctx_t *c, int64_t phys, int64_t hint, int64_t *queue_offset) {
-    PyObject *key = Py_BuildValue("(si)", HALF_TOPIC, 0);  /* store.existing_queue */
-    if (!key) return NULL;
-    PyObject *queue = PyDict_GetItemWithError(c->queues, key);
-    Py_DECREF(key);
-    if (!queue) return NULL;
-    Py_INCREF(queue);
-    PyObject *out = NULL;
-    queue_view_t q;
-    if (queue_view_open(queue, &q) != 0) goto done;
-    Py_ssize_t lo = 0, hi = q.count, probe = -1;
-    if (hint >= q.first && hint - q.first < hi) probe = (Py_ssize_t)(hint - q.first);
-    while (lo < hi) {
-        Py_ssize_t mid = probe >= 0 ? probe : (lo + hi) / 2;
-        probe = -1;
-        int64_t start = queue_view_start(&q, mid) - q.base, stop = q.ends[mid] - q.base;
-        if (start < 0 || stop > q.len || stop - start < 36) goto done;
-        int64_t at = ((int64_t)(uint32_t)rd32(q.buf + start + 28) << 32) |
-                     (uint32_t)rd32(q.buf + start + 32);
-        if (at == phys) {
-            *queue_offset = q.first + mid;
-            out = PyBytes_FromStringAndSize((const char *)q.buf + start, stop - start);
-            break;
-        }
-        if (at < phys) lo = mid + 1; else hi = mid;
-    }
-done:
-    queue_view_close(&q);
-    Py_DECREF(queue);
-    if (!out && !PyErr_Occurred() && c->b)
-        out = find_pending_half(c->b, phys, hint, queue_offset);
-    return out;
-}
 
 /* A stored record's parts (message.py record_layout); -1 when it is not a plain V1 record. */
 typedef struct {
@@ -982,9 +594,9 @@ static PyObject *end_transaction(const ctx_t *c, const req_t *r, int ser) {
         parse_num(&r->v[E_KIND], 32, &kind) < 0)
         return NULL;
     if (kind != TX_COMMIT && kind != TX_ROLLBACK) return NULL;
-    PyObject *op_cfg = topic_config(c, (const uint8_t *)OP_TOPIC, strlen(OP_TOPIC));
+    PyObject *op_cfg = tx_topic_config(c, (const uint8_t *)OP_TOPIC, strlen(OP_TOPIC));
     if (!op_cfg) return NULL;
-    PyObject *half = find_half(c, phys, table, &queue_offset);
+    PyObject *half = tx_find_half(c, phys, table, &queue_offset);
     if (!half) return NULL;
     PyObject *out = NULL;
     const uint8_t *h = (const uint8_t *)PyBytes_AS_STRING(half);
@@ -1013,11 +625,11 @@ static PyObject *end_transaction(const ctx_t *c, const req_t *r, int ser) {
         char topic[128];
         memcpy(topic, m.value[t].p, m.value[t].n);
         topic[m.value[t].n] = 0;
-        if (store_record(c, topic, qid, props_tag_code(&m), build_commit, &cm, at) < 0)
+        if (tx_store_record(c, topic, qid, props_tag_code(&m), build_commit, &cm, at) < 0)
             goto done;
     }
     op_t op = {c, queue_offset};
-    if (store_record(c, OP_TOPIC, 0, java_hash((const uint8_t *)"d", 1), build_op, &op, at) < 0)
+    if (tx_store_record(c, OP_TOPIC, 0, java_hash((const uint8_t *)"d", 1), build_op, &op, at) < 0)
         goto done;
     if (r->flag & FLAG_ONEWAY) { Py_INCREF(Py_None); out = Py_None; }
     else if (!(out = success_frame(ser, r->opaque, c->version, 0, NULL, NULL)))
@@ -1079,7 +691,7 @@ static int unbatched_next;
 /* One pass over the whole frames at the start of d[0, len): their answers appended to
  * ``answers``, *used the bytes taken, counts[] the sends and ends, *failed (exception, frame
  * size) for a frame whose Python call raised. In batch mode (c->b) the records are stored at
- * the end (flush_batch), or before the failing frame's exception is handed back. Returns 0;
+ * the end (tx_flush_batch), or before the failing frame's exception is handed back. Returns 0;
  * 1 when the batch's store raised (nothing of the pass was stored: the caller runs the
  * frames again a record at a time, where the failure falls on the record whose append
  * raises, as in the Python path); -1 on an error that ends the call (the server then closes
@@ -1107,7 +719,7 @@ static int run(const ctx_t *c, const uint8_t *d, Py_ssize_t len, PyObject *answe
             Py_XDECREF(type);
             Py_XDECREF(tb);
             if (!value) return -1;
-            int flushed = c->b ? flush_batch(c) : 0;  /* what the frames before it (and
+            int flushed = c->b ? tx_flush_batch(c) : 0;  /* what the frames before it (and
                                                         * its own records before it) built */
             if (flushed < 0) {
                 Py_DECREF(value);
@@ -1126,7 +738,7 @@ static int run(const ctx_t *c, const uint8_t *d, Py_ssize_t len, PyObject *answe
         pos += 4 + length;
     }
     *used = pos;
-    int flushed = c->b ? flush_batch(c) : 0;
+    int flushed = c->b ? tx_flush_batch(c) : 0;
     if (flushed < 0) {
         if (flushed == -2 || !PyErr_ExceptionMatches(PyExc_Exception)) return -1;
         PyErr_Clear();
@@ -1152,7 +764,7 @@ static PyObject *serve_tx(PyObject *self, PyObject *args) {
         return NULL;
     PyObject *answers = PyList_New(0), *failed = NULL;
     Py_ssize_t pos = 0, counts[2] = {0, 0};
-    if (!answers || intern_names() < 0) goto fail;
+    if (!answers || tx_store_names() < 0) goto fail;
     int usable = (c.store_host_len == 8 || c.store_host_len == 20) &&
                  (c.born_host_len == 8 || c.born_host_len == 20) && json_safe(c.trace_on) &&
                  json_safe(c.region) && strlen(c.cluster) > 0 &&
@@ -1163,7 +775,7 @@ static PyObject *serve_tx(PyObject *self, PyObject *args) {
         if (!(c.commit_log = PyObject_GetAttrString(c.store, "commit_log"))) goto fail;
         if (!(c.queues = PyObject_GetAttrString(c.store, "queues"))) goto fail;
         if (!PyDict_Check(c.topics) || !PyDict_Check(c.queues)) usable = 0;
-        if ((c.own_clock = own_clock(c.store)) < 0) goto fail;
+        if ((c.own_clock = tx_own_clock(c.store)) < 0) goto fail;
     }
     if (usable) {
         c.b = unbatched_next ? NULL : &batch;
@@ -1190,7 +802,7 @@ static PyObject *serve_tx(PyObject *self, PyObject *args) {
     }
     return Py_BuildValue("(NnnnN)", answers, pos, counts[0], counts[1], failed);
 fail:
-    batch_clear(&batch);
+    tx_batch_clear(&batch);
     Py_XDECREF(answers);
     Py_XDECREF(failed);
     Py_XDECREF(c.topics);
