@@ -36,6 +36,7 @@ from rocketmq_spark.client import (
     AuthError, ClientConfig, MessageQueue, QueueRangeReader, ReadSettings, make_tls_context,
 )
 from rocketmq_spark.client import acl
+from rocketmq_spark.client.accelerator import FORCE_PURE_PYTHON
 from rocketmq_spark.client.acl import Credentials
 from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.client.native_pull import build_puller, make_puller
@@ -192,6 +193,11 @@ SECURED = {
 }
 
 
+# Tests of the C loop on secured connections: ROCKETMQ_SPARK_PURE_PYTHON switches it off.
+needs_the_c_loop = pytest.mark.skipif(
+    FORCE_PURE_PYTHON, reason="ROCKETMQ_SPARK_PURE_PYTHON is set: the C pull loop is off")
+
+
 def _config(options, secret=SK):
     return ClientConfig(
         credentials=Credentials(AK, secret) if "acl" in options else None,
@@ -225,6 +231,7 @@ def read(admin, mq, start, end, **kw):
     return rows, reader
 
 
+@needs_the_c_loop
 @settings(max_examples=12, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(start=st.integers(0, 599), length=st.integers(1, 600),
@@ -236,6 +243,7 @@ def test_native_and_python_loops_read_the_same_rows(secured, start, length, nums
     assert_loops_agree(admin, start, length, nums, depth, batch)
 
 
+@needs_the_c_loop
 def test_the_loop_on_a_secured_connection_signs_and_encrypts(secured):
     """The reader's loop is the signing / TLS one (not a plain loop that happens to pass)."""
     cluster, admin, options = secured
@@ -246,6 +254,7 @@ def test_the_loop_on_a_secured_connection_signs_and_encrypts(secured):
     assert (puller.signed, puller.tls) == ("acl" in options, "tls" in options)
 
 
+@needs_the_c_loop
 @pytest.mark.parametrize("secret", ["sk-wrong-guess", None], ids=["wrong-secret", "unsigned"])
 def test_a_refused_signature_fails_both_loops_alike_and_at_once(embedded_cluster_factory,
                                                                 secret):
@@ -274,6 +283,7 @@ def test_a_refused_signature_fails_both_loops_alike_and_at_once(embedded_cluster
         assert SK not in text and AK not in text and (secret or SK) not in text
 
 
+@needs_the_c_loop
 @pytest.mark.parametrize("mode", ["enforcing", "permissive"])
 def test_a_dropped_tls_connection_is_retried(embedded_cluster_factory, mode):
     """The broker closes every connection while the loop waits for a held pull: the reader
@@ -352,6 +362,7 @@ class FaultyProxy:
         self.server.close()
 
 
+@needs_the_c_loop
 @pytest.mark.parametrize("fault", ["reset", "corrupt"])
 def test_a_broken_tls_stream_is_a_lost_connection_and_retried(embedded_cluster_factory, fault):
     """The TLS layer fails under the loop (a TCP reset; a record that does not decrypt): the
@@ -407,6 +418,7 @@ def test_tls_bytes_left_decrypted_by_the_loop_are_read_next(embedded_cluster_fac
         conn.close()
 
 
+@needs_the_c_loop
 def test_other_frames_on_a_tls_connection_are_dispatched_during_the_loop(
         embedded_cluster_factory):
     """An answer to another request that arrives while the loop reads through TLS goes to that
@@ -419,6 +431,7 @@ def test_other_frames_on_a_tls_connection_are_dispatched_during_the_loop(
         assert_other_answers_reach_their_futures(cluster, admin)
 
 
+@needs_the_c_loop
 def test_a_signal_interrupts_the_tls_loop_at_once(embedded_cluster_factory):
     """A Python signal handler runs while the loop waits on a held pull through TLS, not after
     the pull timeout; the next read recovers on a new connection."""
@@ -432,6 +445,7 @@ def test_a_signal_interrupts_the_tls_loop_at_once(embedded_cluster_factory):
         assert len(rows) == 200 and reader.path == "native"
 
 
+@needs_the_c_loop
 def test_keys_stay_out_of_logs_and_reprs_of_the_secured_loop(embedded_cluster_factory, caplog):
     """A signed TLS read, logged at DEBUG, and a refused one: neither key in any log record,
     error or repr (the access key travels on the wire only)."""
