@@ -11,7 +11,7 @@
  * Python sees one call per batch of thousands of messages, plus one for each answer that is
  * not a plain FOUND (every other pull status, a header it cannot parse, a frame for someone
  * else), which the Python reader handles exactly as its pure-Python twin does
- * (rocketmq_spark/client/reader.py holds both, and the reference for the semantics).
+ * (rocketmq_spark/client/python_pull_engine.py is the reference for the semantics).
  *
  * Pipeline: requests ask for ``step`` messages each at contiguous offsets (offset, offset+step,
  * ...), ``depth`` at most in flight, topped up in one write once half have been answered. The
@@ -21,210 +21,26 @@
  * missing count, so variable message sizes (a byte cap) do not break the pipeline. Answers may
  * arrive in any order; those ahead of the current offset are kept until it reaches them.
  *
- * ACL: with a signer, every request carries a Signature computed here (rmq_hmac.c) over the
+ * ACL: with a signer, every request carries a Signature (rmq_pull_io.c, rmq_hmac.c) over the
  * template's signed values with the request's own maxMsgNums and queueOffset put in their
  * sorted places; Python cuts the signed content around those two values once per loop
  * (client/acl.py, signed_parts). The opaque is a header field, not an ext field: unsigned.
  *
- * TLS: with a transport (client/connection.py's _TlsTransport, which owns the TLS record
- * layer over memory BIOs), the loop does not touch the socket: it has decrypted bytes put in
- * its receive buffer by transport.recv_into(view, timeout), a chunk at a time, and hands each burst of requests to
- * transport.send(data). Framing, parsing, planning and signing stay in C; Python is called
- * once per chunk received and once per burst sent, not once per pull.
- */
-#define PY_SSIZE_T_CLEAN
+ * TLS: with a transport (client/transport.py's TlsTransport, which owns the TLS record layer
+ * over memory BIOs), the loop does not touch the socket: it has decrypted bytes put in its
+ * receive buffer by transport.recv_into(view, timeout), a chunk at a time, and hands each
+ * burst of requests to transport.send(data). Framing, parsing, planning and signing stay in
+ * C; Python is called once per chunk received and once per burst sent, not once per pull.
+ */#define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
-#include <stddef.h>
 #include <poll.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 
-#include "rmq_bytes.h"
-#include "rmq_hmac.h"
 #include "rmq_client.h"
-#include "rmq_reqhdr.h"
-
-#define MAX_FRAME (16 * 1024 * 1024)
-#define MAX_DEPTH 64
-#define DROPPED_RING 128
-#define RECV_CHUNK (256 * 1024)
-#define MIN_RECORD_WALK 28
-
-/* run() results */
-enum { R_BATCH = 0, R_END = 1, R_RESPONSE = 2, R_FOREIGN = 3, R_TIMEOUT = 4, R_CLOSED = 5,
-       R_ERROR = 6, R_PROTOCOL = 7 };
-
-/* What the loop needs of one answer's header. */
-typedef struct {
-    int32_t code, flag, opaque;
-    int64_t next_begin, suggest, delta, min_offset, max_offset;
-    int has_next, parsed; /* parsed: the fields above are trustworthy */
-} head_t;
-
-typedef struct {
-    int64_t offset;
-    int32_t nums;
-    int32_t opaque;
-    int arrived;      /* 1 = answer kept in frame/frame_len */
-    char *frame;      /* the whole payload after the length prefix (header + body) */
-    Py_ssize_t frame_len;
-    head_t head;
-    Py_ssize_t body_at; /* body start within frame */
-} flight_t;
-
-typedef struct {
-    PyObject_HEAD
-    PyObject *weakrefs;
-    int fd;
-    PyObject *sock, *send_lock, *opaques;
-    char *tmpl;                 /* request frame without maxMsgNums and queueOffset */
-    Py_ssize_t tmpl_len;
-    int32_t tmpl_ext_len;
-    int64_t end;
-    int32_t max_nums, step, depth, full_streak;
-    int64_t broker_id;
-    int filtered;               /* tag filter: one pull at a time, counts are not steps */
-    flight_t flights[MAX_DEPTH];
-    int nflights;
-    int32_t dropped[DROPPED_RING];
-    int ndropped, dropped_at;
-    char *rbuf;                 /* received bytes not yet framed: rbuf[rpos:rlen] */
-    Py_ssize_t rcap, rlen, rpos;
-    char *out;                  /* bodies of FOUND answers, back to back */
-    Py_ssize_t ocap, olen;
-    int64_t *pieces;            /* (start in out, first offset) per appended body */
-    Py_ssize_t npieces, pcap;
-    int64_t out_msgs;
-    int exports;
-    int64_t pulls, requests, gap_requests;
-    int64_t consumed;           /* bytes framed since the last rest() */
-    char *sbuf;                 /* requests being built */
-    Py_ssize_t scap, slen;
-    PyObject *transport;        /* TLS: recv_into(view, timeout) / send(data); NULL: the fd */
-    int sign;                   /* requests carry a Signature */
-    rmq_hmac_t key;             /* the secret's padded states (never the secret itself) */
-    rmq_sha1_t signed_head;     /* key.inner with the signed content before the 1st value */
-    char *sign_mid, *sign_tail; /* signed content between the values, and after them */
-    Py_ssize_t sign_mid_len, sign_tail_len;
-    int offset_first;           /* queueOffset sorts before maxMsgNums (it never does) */
-} Puller;
-
-/* ------------------------------------------------------------------ small helpers */
-
-static inline int64_t rd64(const uint8_t *p) {
-    return (int64_t)((uint64_t)(uint32_t)rd32(p) << 32 | (uint32_t)rd32(p + 4));
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int grow(char **buf, Py_ssize_t *cap, Py_ssize_t need) {
-    if (need <= *cap) return 0;
-    Py_ssize_t n = *cap ? *cap : 4096;
-    while (n < need) n *= 2;
-    char *p = PyMem_Realloc(*buf, n);
-    if (!p) { PyErr_NoMemory(); return -1; }
-    *buf = p;
-    *cap = n;
-    return 0;
-}
-
-/* The ext fields a pull answer's handling reads (Python's pull_result parses these five, and
- * rejects the answer if one is not a number); 1 if the key is one of them. */
-static int take_field(head_t *h, const uint8_t *k, Py_ssize_t kl, const uint8_t *v,
-                      Py_ssize_t vl, int *bad) {
-    int64_t *dst = NULL;
-    if (kl == 15 && memcmp(k, "nextBeginOffset", 15) == 0) { dst = &h->next_begin; h->has_next = 1; }
-    else if (kl == 20 && memcmp(k, "suggestWhichBrokerId", 20) == 0) dst = &h->suggest;
-    else if (kl == 11 && memcmp(k, "offsetDelta", 11) == 0) dst = &h->delta;
-    else if (kl == 9 && memcmp(k, "minOffset", 9) == 0) dst = &h->min_offset;  /* checked */
-    else if (kl == 9 && memcmp(k, "maxOffset", 9) == 0) dst = &h->max_offset;  /* as Python */
-    else return 0;
-    if (vl == 0) { *dst = 0; return 1; }  /* Python reads "" as the default, 0 */
-    /* optional '-', 1 to 18 digits: longer numbers are refused as bad */
-    if (rmq_dec(v, vl, RMQ_DEC_MINUS, 18, INT64_MIN, INT64_MAX, dst) < 0) *bad = 1;
-    return 1;
-}
-
-/* ROCKETMQ binary header (see rocketmq_spark/client/protocol/frame.py), walked by the shared
- * reader of rmq_reqhdr.h. 0 ok, -1 not for this loop (malformed, or text that is not ASCII:
- * the Python decoder judges it). */
-typedef struct { head_t *head; int bad, have; } take_ctx_t;
-
-static int take_ext(void *ctx, const uint8_t *k, Py_ssize_t kl, int kesc, const uint8_t *v,
-                    Py_ssize_t vl, int vstr, int vesc) {
-    take_ctx_t *c = ctx;
-    (void)kesc; (void)vstr; (void)vesc;  /* a binary header has no escapes */
-    take_field(c->head, k, kl, v, vl, &c->bad);
-    return 0;
-}
-
-static int parse_binary(const uint8_t *h, Py_ssize_t n, head_t *out) {
-    take_ctx_t c = {out, 0, 0};
-    if (hdr_read_binary(h, n, &out->code, &out->opaque, &out->flag, take_ext, &c) < 0)
-        return -1;
-    out->parsed = !c.bad;
-    return 0;
-}
-
-/* fastjson's header: code, flag, opaque and the wanted extFields, walked by the shared reader
- * of rmq_reqhdr.h. -1 if it cannot be read here (Python's json module then decides);
- * parsed=0 if a wanted field is odd. */
-static int take_top(void *ctx, const uint8_t *k, Py_ssize_t kl, const uint8_t *v,
-                    Py_ssize_t vl) {
-    take_ctx_t *c = ctx;
-    int32_t x, *dst;
-    int bit;
-    if (kl == 4 && memcmp(k, "code", 4) == 0) { dst = &c->head->code; bit = 1; }
-    else if (kl == 4 && memcmp(k, "flag", 4) == 0) { dst = &c->head->flag; bit = 2; }
-    else if (kl == 6 && memcmp(k, "opaque", 6) == 0) { dst = &c->head->opaque; bit = 4; }
-    else return 0;
-    if (hdr_json_int32(v, vl, &x) < 0) return -1;
-    *dst = x;
-    c->have |= bit;
-    return 0;
-}
-
-static int take_json_ext(void *ctx, const uint8_t *k, Py_ssize_t kl, int kesc,
-                         const uint8_t *v, Py_ssize_t vl, int vstr, int vesc) {
-    take_ctx_t *c = ctx;
-    (void)vstr;
-    if (kesc) return 0;  /* not a name this loop wants */
-    head_t tmp = *c->head;
-    int odd = 0;
-    if (take_field(&tmp, k, kl, v, vl, &odd)) {
-        if (vesc || odd) c->bad = 1;
-        else *c->head = tmp;
-    }
-    return 0;
-}
-
-static int parse_json(const uint8_t *p, Py_ssize_t n, head_t *out) {
-    take_ctx_t c = {out, 0, 0};
-    if (hdr_read_json(p, n, take_top, take_json_ext, &c) < 0 || !(c.have & 1)) return -1;
-    out->parsed = !c.bad;
-    return 0;
-}
-
-/* Header of one frame payload (after the length prefix). -1: framing is wrong (Python
- * reports it); 1: readable framing but a header only Python can judge. */
-static int parse_frame(const uint8_t *f, Py_ssize_t n, head_t *h, Py_ssize_t *body_at) {
-    memset(h, 0, sizeof(*h));
-    if (n < 4) return -1;
-    uint32_t word = (uint32_t)rd32(f);
-    uint32_t ser = word >> 24, hl = word & 0xFFFFFF;
-    if (4 + (Py_ssize_t)hl > n) return -1;
-    *body_at = 4 + hl;
-    if (ser == 1) return parse_binary(f + 4, hl, h) < 0 ? 1 : 0;
-    if (ser == 0) return parse_json(f + 4, hl, h) < 0 ? 1 : 0;
-    return 1;
-}
+#include "rmq_pull.h"
 
 /* ------------------------------------------------------------------ the object */
 
@@ -381,244 +197,6 @@ static int Puller_init(Puller *self, PyObject *args, PyObject *kw) {
     return 0;
 }
 
-/* ------------------------------------------------------------------ sending */
-
-/* The request's Signature (28 base64 characters) over the signed content with its values. */
-static void signature(Puller *self, const char digits[2][24], const int dl[2], char out[28]) {
-    int first = self->offset_first ? 1 : 0;
-    rmq_sha1_t inner = self->signed_head;
-    rmq_sha1_update(&inner, digits[first], dl[first]);
-    rmq_sha1_update(&inner, self->sign_mid, self->sign_mid_len);
-    rmq_sha1_update(&inner, digits[1 - first], dl[1 - first]);
-    rmq_sha1_update(&inner, self->sign_tail, self->sign_tail_len);
-    uint8_t mac[20];
-    rmq_hmac_finish(&self->key, &inner, mac);
-    rmq_base64(mac, 20, out);
-}
-
-static int append_request(Puller *self, int64_t offset, int32_t nums, int32_t opaque) {
-    char digits[2][24];
-    int dl[2];
-    dl[0] = snprintf(digits[0], sizeof(digits[0]), "%d", (int)nums);
-    dl[1] = snprintf(digits[1], sizeof(digits[1]), "%lld", (long long)offset);
-    Py_ssize_t extra = (2 + 10 + 4 + dl[0]) + (2 + 11 + 4 + dl[1]);
-    if (self->sign) extra += 2 + 9 + 4 + 28;
-    Py_ssize_t len = self->tmpl_len + extra;
-    if (grow(&self->sbuf, &self->scap, self->slen + len) < 0) return -1;
-    uint8_t *p = (uint8_t *)self->sbuf + self->slen;
-    memcpy(p, self->tmpl, self->tmpl_len);
-    wr32(p, (uint32_t)(len - 4));
-    wr32(p + 4, (1u << 24) | (uint32_t)(len - 8));
-    wr32(p + 13, (uint32_t)opaque);
-    wr32(p + 25, (uint32_t)(self->tmpl_ext_len + extra));
-    uint8_t *q = p + self->tmpl_len;
-    static const char *keys[2] = {"maxMsgNums", "queueOffset"};
-    for (int i = 0; i < 2; i++) {
-        int kl = (int)strlen(keys[i]);
-        q[0] = 0; q[1] = (uint8_t)kl;
-        memcpy(q + 2, keys[i], kl);
-        wr32(q + 2 + kl, (uint32_t)dl[i]);
-        memcpy(q + 6 + kl, digits[i], dl[i]);
-        q += 6 + kl + dl[i];
-    }
-    if (self->sign) {
-        q[0] = 0; q[1] = 9;
-        memcpy(q + 2, "Signature", 9);
-        wr32(q + 11, 28);
-        signature(self, (const char (*)[24])digits, dl, (char *)q + 15);
-    }
-    self->slen += len;
-    return 0;
-}
-
-/* At least RECV_CHUNK free bytes at the end of rbuf: reset when all is consumed, else
- * compact, then grow; -1 with a Python error. */
-static int make_room(Puller *self) {
-    if (self->rpos > 0 && self->rpos == self->rlen) self->rpos = self->rlen = 0;
-    if (self->rcap - self->rlen < RECV_CHUNK) {
-        if (self->rpos > 0) {  /* compact */
-            memmove(self->rbuf, self->rbuf + self->rpos, self->rlen - self->rpos);
-            self->rlen -= self->rpos;
-            self->rpos = 0;
-        }
-        if (grow(&self->rbuf, &self->rcap, self->rlen + RECV_CHUNK) < 0) return -1;
-    }
-    return 0;
-}
-
-/* Pull whatever has arrived into rbuf without blocking; -1 with errno, 0 closed, else 1. */
-static int recv_some(Puller *self, int *closed) {
-    if (make_room(self) < 0) return -2;
-    ssize_t got;
-    Py_BEGIN_ALLOW_THREADS
-    got = recv(self->fd, self->rbuf + self->rlen, self->rcap - self->rlen, MSG_DONTWAIT);
-    Py_END_ALLOW_THREADS
-    if (got < 0) return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? 1 : -1;
-    if (got == 0) { *closed = 1; return 0; }
-    self->rlen += got;
-    return 1;
-}
-
-/* Take decrypted bytes from the TLS transport into rbuf, waiting at most ``left`` seconds:
- * transport.recv_into(view of rbuf's free space, left) -> count, 0 closed, None timed out.
- * -2 with a Python error (the connection's code turns OSError and SSLError into a lost
- * connection), else 1 (nothing new when nothing came in time, *closed when the peer closed). */
-static int transport_recv(Puller *self, double left, int *closed) {
-    if (make_room(self) < 0) return -2;
-    PyObject *view = PyMemoryView_FromMemory(self->rbuf + self->rlen, self->rcap - self->rlen,
-                                             PyBUF_WRITE);
-    if (!view) return -2;
-    PyObject *got = PyObject_CallMethod(self->transport, "recv_into", "Od", view,
-                                        left > 0 ? left : 0.0);
-    /* the view must not outlive this call (rbuf may move), whatever recv_into did */
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyObject *released = PyObject_CallMethod(view, "release", NULL);
-    Py_DECREF(view);
-    if (!got) {
-        Py_XDECREF(released);
-        PyErr_Clear();
-        PyErr_Restore(type, value, tb);
-        return -2;
-    }
-    if (!released) { Py_DECREF(got); return -2; }
-    Py_DECREF(released);
-    if (got == Py_None) { Py_DECREF(got); return 1; }
-    Py_ssize_t n = PyLong_AsSsize_t(got);
-    Py_DECREF(got);
-    if (n == -1 && PyErr_Occurred()) return -2;
-    if (n < 0 || n > self->rcap - self->rlen) {
-        PyErr_SetString(PyExc_ValueError, "transport.recv_into returned a bad count");
-        return -2;
-    }
-    if (n == 0) *closed = 1;
-    self->rlen += n;
-    return 1;
-}
-
-/* The TLS path of flush_requests: the burst goes to transport.send as one call, under the
- * connection's send lock (as its other senders do). -2 with a Python error, else 0. */
-static int transport_send(Puller *self) {
-    PyObject *r = PyObject_CallMethod(self->send_lock, "acquire", NULL);
-    if (!r) return -2;
-    Py_DECREF(r);
-    PyObject *view = PyMemoryView_FromMemory(self->sbuf, self->slen, PyBUF_READ);
-    PyObject *sent = view ? PyObject_CallMethod(self->transport, "send", "O", view) : NULL;
-    Py_XDECREF(view);
-    Py_XDECREF(sent);
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);  /* release the lock whatever happened */
-    r = PyObject_CallMethod(self->send_lock, "release", NULL);
-    Py_XDECREF(r);
-    if (!r) {
-        Py_XDECREF(type); Py_XDECREF(value); Py_XDECREF(tb);
-        self->slen = 0;
-        return -2;
-    }
-    PyErr_Restore(type, value, tb);
-    self->slen = 0;
-    return sent ? 0 : -2;
-}
-
-/* Send sbuf[0:slen] whole, under the connection's send lock; reads meanwhile if the socket
- * is full (so neither side can block on a full buffer). -1 with errno set, -2 Python error,
- * -3 timed out, 0 ok. */
-static int flush_requests(Puller *self, double deadline, int *closed) {
-    if (!self->slen) return 0;
-    if (self->transport) return transport_send(self);
-    PyObject *r = PyObject_CallMethod(self->send_lock, "acquire", NULL);
-    if (!r) return -2;
-    Py_DECREF(r);
-    int rc = 0;
-    Py_ssize_t sent = 0;
-    while (sent < self->slen) {
-        ssize_t n;
-        Py_BEGIN_ALLOW_THREADS
-        n = send(self->fd, self->sbuf + sent, self->slen - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
-        Py_END_ALLOW_THREADS
-        if (n > 0) { sent += n; continue; }
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) { rc = -1; break; }
-        double left = deadline - now_s();
-        if (left <= 0) { rc = -3; break; }
-        struct pollfd pfd = {self->fd, POLLOUT | POLLIN, 0};
-        int pr;
-        Py_BEGIN_ALLOW_THREADS
-        pr = poll(&pfd, 1, (int)(left * 1000) + 1);
-        Py_END_ALLOW_THREADS
-        if (pr > 0 && (pfd.revents & POLLIN)) {
-            int got = recv_some(self, closed);
-            if (got == -2) { rc = -2; break; }
-            if (got < 0) { rc = -1; break; }
-            if (*closed) { rc = -1; errno = ECONNRESET; break; }
-        }
-    }
-    int saved = errno;
-    r = PyObject_CallMethod(self->send_lock, "release", NULL);
-    if (!r) return -2;
-    Py_DECREF(r);
-    errno = saved;
-    self->slen = 0;
-    return rc;
-}
-
-static int next_opaque(Puller *self, int32_t *opaque) {
-    PyObject *o = PyIter_Next(self->opaques);
-    if (!o) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "opaque counter ended");
-        return -1;
-    }
-    long long v = PyLong_AsLongLong(o);
-    Py_DECREF(o);
-    if (v == -1 && PyErr_Occurred()) return -1;
-    *opaque = (int32_t)(v & 0x7FFFFFFF);
-    return 0;
-}
-
-/* Queue a request for [offset, offset+nums); -1 on a Python error. */
-static int want(Puller *self, int64_t offset, int32_t nums) {
-    int32_t opaque;
-    if (next_opaque(self, &opaque) < 0) return -1;
-    if (append_request(self, offset, nums, opaque) < 0) return -1;
-    flight_t *fl = &self->flights[self->nflights++];
-    memset(fl, 0, sizeof(*fl));
-    fl->offset = offset;
-    fl->nums = nums;
-    fl->opaque = opaque;
-    self->requests++;
-    return 0;
-}
-
-/* Requests for the current offset (if none is in flight) and, once half the pipeline has
- * drained, for the offsets after the last one requested. */
-static int plan(Puller *self, int64_t offset) {
-    int64_t covered = offset, next_start = INT64_MAX;
-    int here = 0;
-    for (int i = 0; i < self->nflights; i++) {
-        flight_t *fl = &self->flights[i];
-        if (fl->offset == offset) here = 1;
-        if (fl->offset > offset && fl->offset < next_start) next_start = fl->offset;
-        if (fl->offset + fl->nums > covered) covered = fl->offset + fl->nums;
-    }
-    if (!here) {
-        int64_t limit = next_start < self->end ? next_start : self->end;
-        int64_t nums = limit - offset;
-        if (nums > self->step) nums = self->step;
-        if (self->filtered || nums < 1) nums = self->max_nums;
-        if (want(self, offset, (int32_t)nums) < 0) return -1;
-        if (next_start != INT64_MAX) self->gap_requests++;
-        if (offset + nums > covered) covered = offset + nums;
-    }
-    if (self->filtered) return 0;
-    if (self->nflights > self->depth / 2) return 0;
-    while (self->nflights < self->depth && covered < self->end) {
-        int64_t nums = self->end - covered;
-        if (nums > self->step) nums = self->step;
-        if (want(self, covered, (int32_t)nums) < 0) return -1;
-        covered += nums;
-    }
-    return 0;
-}
-
 /* ------------------------------------------------------------------ output */
 
 static int append_body(Puller *self, const char *body, Py_ssize_t n, int64_t first) {
@@ -751,9 +329,9 @@ static int take_arrived(Puller *self, run_t *run, PyObject **out) {
 /* Plan the requests the window allows and send what is queued. 0 to go on, or 1 when the run
  * ends (*out: TIMEOUT, CLOSED or ERROR, or NULL with an error). */
 static int send_planned(Puller *self, run_t *run, PyObject **out) {
-    if (plan(self, run->offset) < 0) { *out = NULL; return 1; }
+    if (pull_plan(self, run->offset) < 0) { *out = NULL; return 1; }
     if (run->closed && self->transport) self->slen = 0;  /* nobody to send to: report CLOSED */
-    int rc = flush_requests(self, run->deadline, &run->closed);
+    int rc = pull_flush_requests(self, run->deadline, &run->closed);
     if (rc == -2) { *out = NULL; return 1; }
     if (rc == -3) { *out = result(R_TIMEOUT, run->offset, NULL); return 1; }
     if (rc == -1) {
@@ -817,7 +395,7 @@ static int frame_received(Puller *self, run_t *run, PyObject **foreign) {
         const uint8_t *payload = f + 4;
         head_t h;
         Py_ssize_t body_at = 0;
-        int parsed = parse_frame(payload, length, &h, &body_at);
+        int parsed = pull_parse_frame(payload, length, &h, &body_at);
         if (parsed < 0) return FRAMED_BROKEN;
         int k = flight_answered(self, parsed, &h);
         if (k >= 0 && self->flights[k].offset == run->offset &&
@@ -853,7 +431,7 @@ static int wait_and_receive(Puller *self, run_t *run, PyObject **out) {
     double left = run->deadline - now_s();
     if (left <= 0) { *out = result(R_TIMEOUT, run->offset, NULL); return 1; }
     if (self->transport) {
-        if (transport_recv(self, left, &run->closed) < 0) { *out = NULL; return 1; }
+        if (pull_transport_recv(self, left, &run->closed) < 0) { *out = NULL; return 1; }
         return 0;
     }
     struct pollfd pfd = {self->fd, POLLIN, 0};
@@ -867,7 +445,7 @@ static int wait_and_receive(Puller *self, run_t *run, PyObject **out) {
     }
     if (ready < 0 && PyErr_CheckSignals() < 0) { *out = NULL; return 1; }  /* raise it now */
     if (ready > 0) {
-        int got = recv_some(self, &run->closed);
+        int got = pull_recv_some(self, &run->closed);
         if (got == -2) { *out = NULL; return 1; }
         if (got == -1) { *out = result(R_ERROR, run->offset, PyLong_FromLong(errno)); return 1; }
     }
@@ -937,7 +515,7 @@ static PyObject *Puller_rest(Puller *self, PyObject *noargs) {
 static int keep_answer(Puller *self, const uint8_t *payload, Py_ssize_t length) {
     head_t h;
     Py_ssize_t body_at = 0;
-    int parsed = parse_frame(payload, length, &h, &body_at);
+    int parsed = pull_parse_frame(payload, length, &h, &body_at);
     if (parsed != 0 || !(h.flag & 1)) return 0;
     int k = flight_answered(self, parsed, &h);
     if (k >= 0) return keep_for_later(self, k, payload, length, &h, body_at) < 0 ? -1 : 1;
@@ -977,7 +555,7 @@ static PyObject *Puller_request(Puller *self, PyObject *args) {
     int nums, opaque;
     if (!PyArg_ParseTuple(args, "Lii", &offset, &nums, &opaque)) return NULL;
     Py_ssize_t kept = self->slen;
-    if (append_request(self, offset, nums, opaque) < 0) return NULL;
+    if (pull_append_request(self, offset, nums, opaque) < 0) return NULL;
     PyObject *frame = PyBytes_FromStringAndSize(self->sbuf + kept, self->slen - kept);
     self->slen = kept;
     return frame;
@@ -1121,7 +699,7 @@ static PyObject *parse_header_py(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*", &b)) return NULL;
     head_t h;
     Py_ssize_t body_at;
-    int rc = parse_frame(b.buf, b.len, &h, &body_at);
+    int rc = pull_parse_frame(b.buf, b.len, &h, &body_at);
     PyBuffer_Release(&b);
     if (rc != 0) Py_RETURN_NONE;
     return Py_BuildValue("(iiiLLLii)", h.code, h.flag, h.opaque, (long long)h.next_begin,
