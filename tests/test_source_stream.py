@@ -361,8 +361,8 @@ def test_a_group_it_shares_with_other_consumers_is_warned_about(cluster, topic, 
             start = reader.latestOffset({}, ReadAllAvailable())
             with caplog.at_level("WARNING", logger="rocketmq_spark.source.stream_reader"):
                 reader.latestOffset(start, ReadAllAvailable())
-                reader.driver.heartbeat_at = 0.0  # the next heartbeat: no second warning
-                reader.driver.committed = None
+                reader.runner.heartbeat_at = 0.0  # the next heartbeat: no second warning
+                reader.runner.committed = None
                 reader.latestOffset(start, ReadAllAvailable())
         finally:
             reader.stop()

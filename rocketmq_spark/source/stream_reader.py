@@ -1,8 +1,8 @@
 """``spark.readStream.format("rocketmq")``: planning micro-batches on the driver.
 
 Spark runs every method here but ``read`` on one long-lived instance in its streaming-source
-runner process; ``read`` runs in executors on a freshly unpickled copy. So the driver state
-(clients, caches) is made lazily and left out of the pickle.
+runner process; ``read`` runs in executors on a freshly unpickled copy. So what the runner
+keeps (:class:`_RunnerState`: clients, caches) is made lazily and left out of the pickle.
 
 Batch 0 and its replay. Spark keeps no start offset for batch 0: a replay of batch 0 asks
 :meth:`initialOffset` again. A start resolved from "latest", a timestamp or the group's
@@ -104,16 +104,16 @@ class _RunnerState:
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions):
         self.options = options
-        self._driver: Optional[_RunnerState] = None
+        self._runner: Optional[_RunnerState] = None
 
     def __getstate__(self):
-        return {"options": self.options, "_driver": None}
+        return {"options": self.options, "_runner": None}
 
     @property
-    def driver(self) -> _RunnerState:
-        if self._driver is None:
-            self._driver = _RunnerState(self.options)
-        return self._driver
+    def runner(self) -> _RunnerState:
+        if self._runner is None:
+            self._runner = _RunnerState(self.options)
+        return self._runner
 
     # ------------------------------------------------------------------ offsets
 
@@ -125,25 +125,25 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        driver = self.driver
-        offsets = driver.offsets
-        if driver.member is not None:
-            driver.allowed = self._join_for_available_now(driver)
-            queues = sorted(driver.allowed)
-            driver.target = offsets.max_offsets(queues, fresh=True) if queues else {}
+        runner = self.runner
+        offsets = runner.offsets
+        if runner.member is not None:
+            runner.allowed = self._join_for_available_now(runner)
+            queues = sorted(runner.allowed)
+            runner.target = offsets.max_offsets(queues, fresh=True) if queues else {}
             log.info("AvailableNow: member %s reads up to %d messages in %d queue(s)",
-                     driver.member.client_id, sum(driver.target.values()), len(queues))
+                     runner.member.client_id, sum(runner.target.values()), len(queues))
             return
         queues = offsets.discover(force=True).queues
-        self.driver.target = offsets.max_offsets(queues, fresh=True)
+        self.runner.target = offsets.max_offsets(queues, fresh=True)
         log.info("AvailableNow: reading up to %d messages in %d queues",
-                 sum(self.driver.target.values()), len(queues))
+                 sum(self.runner.target.values()), len(queues))
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        driver = self.driver
-        if driver.member is not None:
-            return self._member_latest(driver, start, limit)
-        offsets = driver.offsets
+        runner = self.runner
+        if runner.member is not None:
+            return self._member_latest(runner, start, limit)
+        offsets = runner.offsets
         discovery = offsets.discover()
         if start == UNRESOLVED:
             return to_offset(offsets.resolve(self.options.starting, discovery.queues))
@@ -153,17 +153,17 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         new_start = offsets.min_offsets(new_queues) if new_queues else {}
         # A new start means a batch just ended: what arrived meanwhile is due now, so the
         # cached max offsets (good for the idle polls that follow) are refreshed.
-        fresh = start != driver.last_start
-        driver.last_start = start
+        fresh = start != runner.last_start
+        runner.last_start = start
         latest = offsets.max_offsets(discovery.queues, fresh=fresh)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = next_end(current, discovery.queues, discovery.why_missing, latest, new_start,
-                       self.options.fail_on_data_loss, max_rows, driver.target)
+                       self.options.fail_on_data_loss, max_rows, runner.target)
         return to_offset(end)
 
     def reportLatestOffset(self) -> Optional[dict]:
-        cached = self.driver.offsets.cached_max_offsets()
-        member = self.driver.member
+        cached = self.runner.offsets.cached_max_offsets()
+        member = self.runner.member
         if member is not None:
             cached = {mq: v for mq, v in cached.items() if mq in member.held}
         return to_offset(cached) if cached else None
@@ -179,7 +179,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 log.warning("queue %s restarts at %d below %d; the messages in between were "
                             "lost", mq.key, finish[mq], offset)
         groups = pack(ranges(begin, finish), self.options.min_partitions)
-        return to_partitions(groups, self.driver.offsets.discover().addresses)
+        return to_partitions(groups, self.runner.offsets.discover().addresses)
 
     def read(self, partition: RocketMQPartition) -> Iterator["pa.RecordBatch"]:
         from .partition_reader import read_partition  # executors only: pyarrow, numpy, C
@@ -189,60 +189,60 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict) -> None:
         if end == UNRESOLVED:
             return
-        if self.driver.member is not None:
-            self.driver.member.commit(from_offset(end))
+        if self.runner.member is not None:
+            self.runner.member.commit(from_offset(end))
             return
         self._commit_to_group(end, from_offset(end))
 
     def stop(self) -> None:
-        driver, self._driver = self._driver, None
-        if driver is not None and driver.member is not None:
-            driver.member.leave("the query stopped")
+        runner, self._runner = self._runner, None
+        if runner is not None and runner.member is not None:
+            runner.member.leave("the query stopped")
             return
-        if driver is not None and self.options.commits_to_group:
-            for address in set(driver.offsets.discover().addresses.values()):
+        if runner is not None and self.options.commits_to_group:
+            for address in set(runner.offsets.discover().addresses.values()):
                 try:
-                    driver.admin.brokers.unregister_client(
+                    runner.admin.brokers.unregister_client(
                         address, consumer_group=self.options.consumer_group)
                 except RocketMQError as exc:
                     log.info("unregister from %s failed: %s", address, exc)
 
     # ------------------------------------------------------------------ group membership
 
-    def _member_latest(self, driver: _RunnerState, start: dict, limit: ReadLimit) -> dict:
+    def _member_latest(self, runner: _RunnerState, start: dict, limit: ReadLimit) -> dict:
         """The next end for a group member: the queues it holds after the latest rebalance
         (see :meth:`GroupMember.apply_allocation`), moved on as :func:`next_end` moves any
         queue."""
-        member = driver.member
+        member = runner.member
         member.start()
         if member.left:
             return start  # an AvailableNow run that finished: nothing more to plan
         current = from_offset(start)
-        share = member.apply_allocation(current, driver.allowed, first=start == UNRESOLVED)
+        share = member.apply_allocation(current, runner.allowed, first=start == UNRESOLVED)
         owned = set(share.kept) | set(share.entering)
-        discovery = driver.offsets.discover()
+        discovery = runner.offsets.discover()
         routed = [mq for mq in discovery.queues if mq in owned]
-        fresh = start != driver.last_start
-        driver.last_start = start
-        latest = driver.offsets.max_offsets(routed, fresh=fresh) if routed else {}
+        fresh = start != runner.last_start
+        runner.last_start = start
+        latest = runner.offsets.max_offsets(routed, fresh=fresh) if routed else {}
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = next_end(share.kept, routed, discovery.why_missing, latest, share.entering,
-                       self.options.fail_on_data_loss, max_rows, driver.target)
+                       self.options.fail_on_data_loss, max_rows, runner.target)
         unplanned = set(share.entering) - set(end)  # no route to it yet: it joins later
         if unplanned:
             member.drop(unplanned)
-        if driver.target is not None and end == share.kept and not share.entering:
+        if runner.target is not None and end == share.kept and not share.entering:
             # AvailableNow drained what it was given: hand the queues back now (the batch
             # that ended at ``start`` is complete and committed).
             member.leave("Trigger.AvailableNow drained its queues", close=False)
         return to_offset(end)
 
     @staticmethod
-    def _join_for_available_now(driver: _RunnerState) -> set:
+    def _join_for_available_now(runner: _RunnerState) -> set:
         """Join, and wait a little for the locks of the queues allocated to us (a member that
         is handing them over releases them after its running batch); returns the queues this
         run drains."""
-        member = driver.member
+        member = runner.member
         member.start()
         allowed, missing = member.share(wait=min(30.0, 2 * member.interval))
         for mq in sorted(missing)[:5]:
@@ -257,42 +257,42 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         the query's lag. Best effort: Spark's checkpoint stays the source of truth."""
         if not self.options.commits_to_group or not positions:
             return
-        driver = self.driver
-        if driver.committed == offset:
+        runner = self.runner
+        if runner.committed == offset:
             return
-        failed = driver.admin.commit_offsets(self.options.consumer_group, positions)
+        failed = runner.admin.commit_offsets(self.options.consumer_group, positions)
         for mq, error in sorted(failed.items())[:3]:
             log.warning("could not commit the offset of %s for group %s: %s", mq.key,
                         self.options.consumer_group, error)
         if not failed:
-            driver.committed = dict(offset)
+            runner.committed = dict(offset)
         now = time.monotonic()
-        if now - driver.heartbeat_at >= HEARTBEAT_SECONDS:
-            driver.heartbeat_at = now
+        if now - runner.heartbeat_at >= HEARTBEAT_SECONDS:
+            runner.heartbeat_at = now
             subscriptions = [Subscription(t, self.options.filter)
                              for t in sorted({mq.topic for mq in positions})]
-            addresses = sorted(set(driver.offsets.discover().addresses.values()))
+            addresses = sorted(set(runner.offsets.discover().addresses.values()))
             for address in addresses:
                 try:
-                    driver.admin.brokers.heart_beat(address, self.options.consumer_group,
+                    runner.admin.brokers.heart_beat(address, self.options.consumer_group,
                                                     subscriptions)
                 except RocketMQError as exc:
                     log.info("heartbeat to %s failed: %s", address, exc)
             if addresses:
-                self._warn_if_group_is_shared(driver, addresses[0])
+                self._warn_if_group_is_shared(runner, addresses[0])
 
-    def _warn_if_group_is_shared(self, driver: _RunnerState, address: str) -> None:
+    def _warn_if_group_is_shared(self, runner: _RunnerState, address: str) -> None:
         """With ``membership=none`` the query reads every queue, yet its heartbeat makes it a
         member in the eyes of the group's other consumers: they leave it a share of the queues,
         which they then never read. Say so (once per set of other members)."""
         try:
-            members = driver.admin.brokers.get_consumer_list_by_group(
+            members = runner.admin.brokers.get_consumer_list_by_group(
                 address, self.options.consumer_group)
         except RocketMQError as exc:
             log.info("cannot list the members of %s: %s", self.options.consumer_group, exc)
             return
-        others = frozenset(members) - {driver.admin.remoting.config.client_id}
-        if others and others != driver.others_warned:
+        others = frozenset(members) - {runner.admin.remoting.config.client_id}
+        if others and others != runner.others_warned:
             log.warning(
                 "consumer group %s has %d other member(s) (%s). This query reads every queue "
                 "of its subscription (membership=none) and only commits its offsets to the "
@@ -300,4 +300,4 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 "share they leave to it goes unread by them. Use membership=group to share "
                 "the group's queues with them, or give this query a consumer group of its own.",
                 self.options.consumer_group, len(others), ", ".join(sorted(others)[:5]))
-        driver.others_warned = others
+        runner.others_warned = others
