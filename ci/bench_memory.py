@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
+import psutil
+
 CI = Path(__file__).resolve().parent
 sys.path.insert(0, str(CI))
 from bench_spark import ROOT, make_spark, start_server, stop_server  # noqa: E402
@@ -36,49 +38,36 @@ from bench_spark import ROOT, make_spark, start_server, stop_server  # noqa: E40
 TOPIC = "BenchMemory"
 
 
-def _status(pid: int) -> Dict[str, int]:
+def _peak_and_rss(process: psutil.Process) -> Dict[str, int]:
+    """The process's own peak resident set (``VmHWM``, which psutil does not report) and its
+    current one, in KiB; empty once it has exited."""
     out = {}
     try:
-        with open(f"/proc/{pid}/status") as f:
+        with open(f"/proc/{process.pid}/status") as f:
             for line in f:
                 key, _, value = line.partition(":")
-                if key in ("VmHWM", "VmRSS", "PPid"):
+                if key in ("VmHWM", "VmRSS"):
                     out[key] = int(value.split()[0])
     except (OSError, ValueError):
         pass
     return out
 
 
-def _parents() -> Dict[int, int]:
-    out = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    out[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                pass
-    return out
-
-
-def _python_workers(jvm: int) -> List[int]:
+def _python_workers(jvm: int) -> List[psutil.Process]:
     """Python processes descending from this benchmark's Spark JVM (the pyspark daemon and
     the workers it forks), not those of other Spark applications on the machine."""
-    parents = _parents()
     found = []
-    for pid in parents:
-        p, depth = parents.get(pid), 0
-        while p and p != jvm and depth < 10:
-            p, depth = parents.get(p), depth + 1
-        if p != jvm:
-            continue
+    try:
+        descendants = psutil.Process(jvm).children(recursive=True)
+    except psutil.Error:
+        return found
+    for process in descendants:
         try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read()
-        except OSError:
+            cmd = " ".join(process.cmdline())
+        except psutil.Error:
             continue
-        if b"pyspark.daemon" in cmd or b"pyspark.worker" in cmd:
-            found.append(pid)
+        if "pyspark.daemon" in cmd or "pyspark.worker" in cmd:
+            found.append(process)
     return found
 
 
@@ -96,9 +85,10 @@ class PeakSampler:
     def _run(self) -> None:
         while not self._stop.is_set():
             total = 0
-            for pid in _python_workers(self.jvm):
-                status = _status(pid)
+            for process in _python_workers(self.jvm):
+                status = _peak_and_rss(process)
                 if "VmHWM" in status:
+                    pid = process.pid
                     self.peaks[pid] = max(self.peaks.get(pid, 0), status["VmHWM"])
                     total += status.get("VmRSS", 0)
             self.peak_sum = max(self.peak_sum, total)

@@ -38,6 +38,8 @@ import resource
 import subprocess
 import sys
 import time
+
+import psutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -51,14 +53,12 @@ from rocketmq_spark.client.acl import Credentials  # noqa: E402
 from rocketmq_spark.client.admin import Admin  # noqa: E402
 
 
-CLK = os.sysconf("SC_CLK_TCK")
 
 
 def process_cpu(pid: int) -> float:
     """CPU seconds (user + system) a process has used so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
 
 
 def own_cpu() -> float:

@@ -111,6 +111,8 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[1]
 CI = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
@@ -127,7 +129,6 @@ from rocketmq_spark.client.admin import Admin  # noqa: E402
 READ_TOPIC = "BenchSpark"
 LATENCY_TOPIC = "BenchLatency"
 WIDE_TOPIC = "BenchWide"
-CLK = os.sysconf("SC_CLK_TCK")
 
 
 # ------------------------------------------------------------------------------ processes
@@ -160,58 +161,39 @@ def stop_server(proc) -> None:
         proc.wait()
 
 
-def _stat(pid: int):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            head, tail = f.read().rsplit(")", 1)
-        fields = tail.split()
-        return int(fields[1]), (int(fields[11]) + int(fields[12])) / CLK  # ppid, cpu s
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
+def _cpu_seconds(process: psutil.Process) -> float:
+    """User + system CPU seconds of one process (not of its children)."""
+    times = process.cpu_times()
+    return times.user + times.system
 
 
 def cpu_by_role(server_pid: int) -> Dict[str, float]:
     """CPU seconds (user + system) so far of the live processes: the embedded server, Spark's
     JVM and the Python processes it started (workers, daemons, runners)."""
-    me = os.getpid()
-    stats = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            s = _stat(int(entry))
-            if s:
-                stats[int(entry)] = s
-    out = {"server": 0.0, "jvm": 0.0, "python_workers": 0.0, "bench_driver": 0.0}
-    for pid, (ppid, cpu) in stats.items():
-        if pid == server_pid:
-            out["server"] += cpu
-        elif pid == me:
-            out["bench_driver"] += cpu
-        else:
-            # walk up to see whether it descends from this process
-            chain, p = [], pid
-            while p in stats and p not in (me, 1, 0) and len(chain) < 20:
-                chain.append(p)
-                p = stats[p][0]
-            if p != me or pid == server_pid or server_pid in chain:
-                continue
-            out["jvm" if "java" in _cmdline(pid).split(" ", 1)[0] else "python_workers"] += cpu
+    me = psutil.Process()
+    out = {"server": 0.0, "jvm": 0.0, "python_workers": 0.0, "bench_driver": _cpu_seconds(me)}
+    skip = {server_pid}
+    try:
+        server = psutil.Process(server_pid)
+        out["server"] = _cpu_seconds(server)
+        skip.update(p.pid for p in server.children(recursive=True))
+    except psutil.Error:
+        pass
+    for child in me.children(recursive=True):
+        if child.pid in skip:
+            continue
+        try:
+            role = "jvm" if "java" in child.name() else "python_workers"
+            out[role] += _cpu_seconds(child)
+        except psutil.Error:  # it ended meanwhile
+            pass
     return out
 
 
 def machine_busy() -> float:
-    """CPU seconds the whole machine has been busy (all cores, /proc/stat)."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return (sum(fields[:8]) - idle) / CLK
+    """CPU seconds the whole machine has been busy (all cores; idle and iowait excluded)."""
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + t.irq + t.softirq + t.steal
 
 
 def cpu_snapshot(server_pid: int) -> Dict[str, float]:

@@ -23,7 +23,7 @@ from hypothesis import given, settings, strategies as st
 
 from rocketmq_spark.client import _native
 from rocketmq_spark.client.errors import ProtocolError
-from rocketmq_spark.client.protocol import frame as F
+from rocketmq_spark.client.protocol import frame as frame_codec
 from rocketmq_spark.client.protocol.codes import RequestCode, SerializeType
 from rocketmq_spark.client.protocol.frame import (
     RemotingCommand, decode_frame, decode_payload, encode_frame,
@@ -41,7 +41,7 @@ def test_request_encodes_as_the_reference_test_vector():
     cmd = RemotingCommand(code=105, ext_fields={"topic": "T"}, opaque=1, version=409,
                           language="PYTHON")
     assert encode_frame(cmd, SerializeType.ROCKETMQ) == TV2
-    assert F._encode_binary_header_py(cmd) == TV2[8:]
+    assert frame_codec._encode_binary_header_py(cmd) == TV2[8:]
     back = decode_frame(TV2)
     assert (back.code, back.language, back.version, back.opaque, back.flag, back.remark,
             back.ext_fields, back.serialize_type) == (105, "PYTHON", 409, 1, 0, None,
@@ -114,31 +114,32 @@ def test_native_and_python_header_codecs_agree(code, version, opaque, flag, lang
                                                ext):
     cmd = RemotingCommand(code=code, ext_fields=ext, version=version, opaque=opaque, flag=flag,
                           language=language, remark=remark)
-    native = F.encode_binary_header(cmd)
-    assert native == F._encode_binary_header_py(cmd)
-    a = F.decode_binary_header(native)
-    b = F._decode_binary_header_py(native)
+    native = frame_codec.encode_binary_header(cmd)
+    assert native == frame_codec._encode_binary_header_py(cmd)
+    a = frame_codec.decode_binary_header(native)
+    b = frame_codec._decode_binary_header_py(native)
     assert a == b
 
 
 @settings(max_examples=400, deadline=None)
 @given(st.binary(max_size=64) | st.builds(
     lambda h, cut, junk: h[:cut] + junk,
-    st.builds(lambda e: F._encode_binary_header_py(RemotingCommand(code=11, ext_fields=e)),
+    st.builds(lambda e: frame_codec._encode_binary_header_py(
+        RemotingCommand(code=11, ext_fields=e)),
               st.dictionaries(texts, texts, max_size=4)),
     st.integers(0, 80), st.binary(max_size=6)))
 def test_native_header_decoder_rejects_exactly_what_python_rejects(data):
     """The C decoder returns None where the Python one raises, and the same command elsewhere
     (so the wrapper's fallback names the fault for every bad header)."""
     try:
-        expected = F._decode_binary_header_py(data)
+        expected = frame_codec._decode_binary_header_py(data)
     except ProtocolError:
         expected = None
     got = _native.decode_binary_header(data)
     if expected is None:
         assert got is None
     else:
-        assert got is not None and F.decode_binary_header(data) == expected
+        assert got is not None and frame_codec.decode_binary_header(data) == expected
 
 
 # ------------------------------------------------------------------ the pull loop's reading

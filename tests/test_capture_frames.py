@@ -8,7 +8,7 @@ from collections import defaultdict
 
 import pytest
 
-from rocketmq_spark.client.protocol import properties as P
+from rocketmq_spark.client.protocol.properties import decode_properties
 from rocketmq_spark.client.protocol.frame import (
     FrameDecoder, decode_frame, encode_frame, encode_json_header,
 )
@@ -139,7 +139,7 @@ def sent_messages(capture):
     for response in capture.responses_to(10):
         request = decode_frame(capture.frame_bytes(capture.request_of(response)))
         reply = decode_frame(capture.frame_bytes(response))
-        props = P.decode_properties(request.fields["properties"])
+        props = decode_properties(request.fields["properties"])
         entry = (request, reply, capture.request_of(response)["client_port"])
         if "UNIQ_KEY" in props:
             by_key[props["UNIQ_KEY"]] = entry
@@ -200,7 +200,7 @@ def test_stored_messages_match_what_was_sent(capture):
             if msg.uniq_key is None:
                 continue
             request, reply, client_port = by_key[msg.uniq_key]
-            sent = P.decode_properties(request.fields["properties"])
+            sent = decode_properties(request.fields["properties"])
             assert msg.stored_body == request.body
             assert msg.sys_flag == int(request.fields["sysFlag"])
             assert msg.flag == int(request.fields["flag"])
@@ -292,7 +292,7 @@ def test_send_batch_quirk_body_is_the_four_batch_entries(capture):
               if m.uniq_key is None}.values()
     entries = decode_batch(msg.body)
     assert [e.body for e in entries] == [f"batch message {i}".encode() for i in range(4)]
-    props = [P.decode_properties(e.properties) for e in entries]
+    props = [decode_properties(e.properties) for e in entries]
     assert [p["KEYS"] for p in props] == ["b0", "b1", "b2", "b3"]
     assert {p["TAGS"] for p in props} == {"TagA"} and {p["WAIT"] for p in props} == {"true"}
     assert len({p["UNIQ_KEY"] for p in props}) == 4

@@ -12,11 +12,11 @@ import struct
 import pytest
 
 from rocketmq_spark.client.errors import ProtocolError
-from rocketmq_spark.client.protocol import frame as F
+from rocketmq_spark.client.protocol import frame as frame_codec
 from rocketmq_spark.client.protocol.codes import LANGUAGES, SerializeType
 from rocketmq_spark.client.protocol.frame import FrameDecoder, RemotingCommand, encode_frame
 
-pytestmark = pytest.mark.skipif(F._native_split is None,
+pytestmark = pytest.mark.skipif(frame_codec._native_split is None,
                                 reason="the C accelerator lacks split_frames")
 
 TEXTS = ["", "a", "topic", "héllo", "日本", "x" * 300, "\U0001F600", "k=v;"]
@@ -52,7 +52,8 @@ def run(data: bytes, cuts, native: bool, monkeypatch, max_frame: int = 1 << 24):
     """What a decoder gives for ``data`` fed in the pieces ``cuts`` makes: per feed, the
     commands as field tuples or the error; the decoder stops at its first error, as the
     connection does."""
-    monkeypatch.setattr(F, "_native_split", F._native_codec.split_frames if native else None)
+    split = frame_codec._native_codec.split_frames if native else None
+    monkeypatch.setattr(frame_codec, "_native_split", split)
     decoder = FrameDecoder(max_frame)
     results = []
     bounds = [0] + sorted(cuts) + [len(data)]
@@ -80,11 +81,11 @@ def test_native_splitter_takes_rocketmq_frames_and_stops_at_json():
                             serialize_type=SerializeType.ROCKETMQ) for i in range(3)]
     json_cmd = RemotingCommand(code=11, ext_fields={"c": "d"}, opaque=9)
     data = b"".join(encode_frame(c) for c in cmds) + encode_frame(json_cmd) + encode_frame(cmds[0])
-    got, used = F._native_codec.split_frames(data, 0, 1 << 24)
+    got, used = frame_codec._native_codec.split_frames(data, 0, 1 << 24)
     assert got == cmds and used == sum(len(encode_frame(c)) for c in cmds)
     assert [vars(c) for c in got] == [vars(c) for c in cmds]
-    assert F._native_codec.split_frames(data, used, 1 << 24) == ([], 0)  # the JSON frame
-    assert F.FrameDecoder().feed(data) == cmds + [json_cmd, cmds[0]]
+    assert frame_codec._native_codec.split_frames(data, used, 1 << 24) == ([], 0)  # the JSON frame
+    assert frame_codec.FrameDecoder().feed(data) == cmds + [json_cmd, cmds[0]]
 
 
 def test_random_streams_decode_the_same(monkeypatch):
@@ -121,7 +122,8 @@ def test_corrupted_streams_fail_the_same(monkeypatch):
     struct.pack(">hBhii", 1, 200, 1, 1, 0) + struct.pack(">i", 0) + struct.pack(">i", 0),
 ])
 def test_hand_made_headers(monkeypatch, header):
-    good = encode_frame(RemotingCommand(code=1, ext_fields={}, serialize_type=SerializeType.ROCKETMQ))
+    good = encode_frame(RemotingCommand(code=1, ext_fields={},
+                                        serialize_type=SerializeType.ROCKETMQ))
     for data in (good + raw_frame(header) + good, good + raw_frame(header, 2) + good,
                  good + raw_frame(header, body=b"body") + good):
         compare(data, [], monkeypatch)

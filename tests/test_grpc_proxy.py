@@ -34,8 +34,6 @@ needs_grpc_peer = pytest.mark.skipif(
     not (ROOT / ".venv-grpc-peer" / ".installed-5.1.2").exists(),
     reason="needs .venv-grpc-peer with rocketmq-python-client 5.1.2 (ci/setup.sh makes it; "
            "it could not be installed here)")
-needs_cpp = pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
-                               reason="needs PyPI rocketmq 0.4.4 (Apache's C++ client)")
 
 AK, SK = "grpcAccess", "grpcSecret-9f3e"
 

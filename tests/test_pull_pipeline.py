@@ -70,8 +70,10 @@ def capped_admin(capped):
 
 
 @compares_c_with_python
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(start=st.integers(0, 599), length=st.integers(1, 600), nums=st.sampled_from([1, 5, 7, 32, 1024]),
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(start=st.integers(0, 599), length=st.integers(1, 600),
+       nums=st.sampled_from([1, 5, 7, 32, 1024]),
        depth=st.sampled_from([1, 2, 16]), batch=st.sampled_from([3, 50, 32768]))
 def test_native_and_python_readers_return_exactly_the_range(capped, capped_admin, start, length,
                                                             nums, depth, batch):
@@ -225,7 +227,8 @@ def _both(cluster, frame: bytes):
 
 
 @compares_c_with_python
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(changes=st.fixed_dictionaries({}, optional=field_values),
        keep=st.lists(st.sampled_from(sorted(field_values)), max_size=len(field_values)),
        serialize=st.sampled_from([SerializeType.JSON, SerializeType.ROCKETMQ]),

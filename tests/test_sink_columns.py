@@ -13,7 +13,7 @@ from pyspark.sql.types import (
 )
 
 from rocketmq_spark.client.producer import queue_for_key
-from rocketmq_spark.client.protocol import properties as P
+from rocketmq_spark.client.protocol.properties import decode_properties, java_string_hash
 from rocketmq_spark.client.protocol.message import BatchEntry, decode_batch, encode_batch
 from rocketmq_spark.client.protocol.route import MessageQueue
 from rocketmq_spark.client.protocol.send_encode import (
@@ -55,15 +55,15 @@ def test_entries_are_the_batch_codec_row_by_row(rows, data):
 @given(st.lists(st.one_of(st.none(), st.text(max_size=40)), max_size=40))
 def test_string_hashes_are_javas(values):
     hashes = java_string_hashes(pa.array(values, pa.string()))
-    assert [int(h) for h in hashes] == [P.java_string_hash(v) if v is not None else 0
+    assert [int(h) for h in hashes] == [java_string_hash(v) if v is not None else 0
                                         for v in values]
 
 
 def test_queue_for_key_matches_javas_select_by_hash():
     queues = [MessageQueue("T", b, q) for b in ("broker-a", "broker-b") for q in range(4)]
     # String.hashCode() of "order-7" is negative: Java takes |h| mod n.
-    assert P.java_string_hash("order-7") < 0
-    assert queue_for_key(queues, "order-7") == queues[abs(P.java_string_hash("order-7")) % 8]
+    assert java_string_hash("order-7") < 0
+    assert queue_for_key(queues, "order-7") == queues[abs(java_string_hash("order-7")) % 8]
 
 
 def test_properties_of_a_map_column_and_pieces():
@@ -71,7 +71,7 @@ def test_properties_of_a_map_column_and_pieces():
                     pa.map_(pa.string(), pa.string()))
     text_ = join_pieces([map_properties(maps),
                          property_piece("TAGS", pa.array(["t", None, "u", None]))])
-    assert [P.decode_properties(v.decode()) for v in text_.to_pylist()] == [
+    assert [decode_properties(v.decode()) for v in text_.to_pylist()] == [
         {"a": "1", "b": "2", "TAGS": "t"}, {}, {"TAGS": "u"}, {"c": "3"}]
     assert map_properties(maps.slice(2)).to_pylist() == [None, b"c\x013\x02"]
 

@@ -40,7 +40,7 @@ def visible(cluster, topic: str) -> int:
 
 def pull_bodies(cluster, topic: str) -> Counter:
     from rocketmq_spark.client.broker import BrokerClient
-    from rocketmq_spark.client.protocol import message as M
+    from rocketmq_spark.client.protocol.message import decode_messages
     from rocketmq_spark.client.pull import PullRequest, PullStatus
 
     seen: Counter = Counter()
@@ -53,7 +53,7 @@ def pull_bodies(cluster, topic: str) -> Counter:
                     r = brokers.pull(b.addr, PullRequest("eo-check", topic, q, offset, b.name))
                     if r.status is not PullStatus.FOUND:
                         break
-                    for m in M.decode_messages(r.body):
+                    for m in decode_messages(r.body):
                         seen[m.body.decode()] += 1
                         assert m.properties.get("TRAN_MSG") == "true"
                     offset = r.next_begin_offset

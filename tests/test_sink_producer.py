@@ -19,7 +19,7 @@ from rocketmq_spark.client import (
 from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.client.send_pipeline import Outgoing, SendFailed
 from rocketmq_spark.client.producer import EncodedRequest, MessageTooLarge, queue_for_key
-from rocketmq_spark.client.protocol import properties as P
+from rocketmq_spark.client.protocol.properties import DELAY, SHARDING_KEY, WAIT, encode_properties
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
 from rocketmq_spark.client.protocol.message import decode_messages
 from rocketmq_spark.client.pull import is_transient
@@ -104,7 +104,7 @@ def test_sharding_keys_keep_their_order_in_the_queue_java_picks(embedded_cluster
     by_key = {}
     for broker, qid, offset, m in sorted(stored(embedded_cluster, topic),
                                          key=lambda r: (r[0], r[1], r[2])):
-        by_key.setdefault(m.properties[P.SHARDING_KEY], []).append((broker, qid, int(m.body)))
+        by_key.setdefault(m.properties[SHARDING_KEY], []).append((broker, qid, int(m.body)))
     for key, placed in by_key.items():
         want = queue_for_key(queues, key)
         assert {(b, q) for b, q, _ in placed} == {(want.broker_name, want.queue_id)}
@@ -215,7 +215,7 @@ def test_a_delayed_message_waits_in_the_schedule_topic(embedded_cluster_factory,
         with pytest.raises(ResponseError, match="MESSAGE_ILLEGAL"):
             producer._send_with_retry(topic, None, EncodedRequest(
                 producer.encode_batch([Message(topic, b"b")]).body,
-                P.encode_properties({P.WAIT: "true", P.DELAY: "1"}), batch=True))
+                encode_properties({WAIT: "true", DELAY: "1"}), batch=True))
     assert (later.queue.queue_id, later.queue_offset) == (0, 0), "the schedule queue's offset"
     assert [m.body for *_, m in stored(cluster, topic)] == [b"now"]
     assert cluster.max_offset("SCHEDULE_TOPIC_XXXX", "broker-a", 0) == 1
@@ -225,9 +225,9 @@ def test_a_delayed_message_waits_in_the_schedule_topic(embedded_cluster_factory,
     m = got[b"later"]
     assert 0.4 <= (m.store_timestamp / 1000.0) - sent < 1.5
     assert m.properties["REAL_TOPIC"] == topic and m.properties["REAL_QID"] == "0"
-    assert m.properties[P.DELAY] == "1" and m.properties["user"] == "u" and m.tags == "T"
+    assert m.properties[DELAY] == "1" and m.properties["user"] == "u" and m.tags == "T"
     assert m.uniq_key == later.msg_id
-    assert got[b"capped"].properties[P.DELAY] == "3", "levels above the table's are capped"
+    assert got[b"capped"].properties[DELAY] == "3", "levels above the table's are capped"
     assert (got[b"capped"].store_timestamp - got[b"capped"].born_timestamp) >= 2000
 
 

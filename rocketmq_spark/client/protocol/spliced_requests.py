@@ -8,7 +8,7 @@ own values (the opaque, one or two header values, the body) are spliced into it 
 column, so the frames of a whole run come out as one buffer ready for a single write.
 
 The result is byte for byte what :func:`~.frame.encode_frame` gives for each row's command
-(``tests/test_request_columns.py`` holds the two against each other).
+(``tests/test_spliced_requests.py`` holds the two against each other).
 """
 from __future__ import annotations
 

@@ -6,25 +6,26 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import rocketmq_spark.client.protocol.pull_decode as C
+from rocketmq_spark.client.protocol import pull_decode
 from rocketmq_spark.client.errors import MessageDecodeError
-from rocketmq_spark.client.protocol import message as M
+from rocketmq_spark.client.protocol.message import (
+    SYSFLAG_COMPRESSED, compress_body, decode_messages, encode_stored_message)
 from rocketmq_spark.client.protocol.properties import decode_properties
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
-DECODERS = ["numpy"] + (["native"] if C._native is not None else [])
+DECODERS = ["numpy"] + (["native"] if pull_decode._native is not None else [])
 
 
 @pytest.fixture(params=DECODERS)
 def decoder(request, monkeypatch):
-    monkeypatch.setattr(C, "FORCE_PURE_PYTHON", request.param == "numpy")
+    monkeypatch.setattr(pull_decode, "FORCE_PURE_PYTHON", request.param == "numpy")
     return request.param
 
 
 def test_the_accelerator_is_built_here():
     """CI builds the C extension; if this fails the wheel lost it (the fallback still works)."""
-    assert C._native is not None
+    assert pull_decode._native is not None
 
 
 def expected_rows(body: bytes):
@@ -36,11 +37,11 @@ def expected_rows(body: bytes):
         "store_host": m.store_host, "reconsume_times": m.reconsume_times, "body": m.body,
         "properties": m.properties,
         "tags": m.tags, "keys": m.keys, "msg_id": m.msg_id, "offset_msg_id": m.offset_msg_id,
-    } for m in M.decode_messages(body)]
+    } for m in decode_messages(body)]
 
 
 def compare(body: bytes):
-    rows = C.decode_columns(body).to_pylist()
+    rows = pull_decode.decode_columns(body).to_pylist()
     want = expected_rows(body)
     assert len(rows) == len(want)
     for row, exp in zip(rows, want):
@@ -69,7 +70,7 @@ def records(draw):
     body = draw(st.binary(max_size=600))
     sys_flag = draw(st.sampled_from([0, 0x2, 0x8]))
     if draw(st.booleans()) and body:
-        body, bits = M.compress_body(body, draw(st.sampled_from([0, 1, 2, 3])))
+        body, bits = compress_body(body, draw(st.sampled_from([0, 1, 2, 3])))
         sys_flag |= bits
     props = {}
     for name in draw(st.lists(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "a", "WAIT"]),
@@ -78,7 +79,7 @@ def records(draw):
     text = "\x02".join(f"{k}\x01{v}" for k, v in props.items())
     if draw(st.booleans()) and props:  # a repeated name: the later non-empty value must win
         text += f"\x02{next(iter(props))}\x01{draw(prop_text)}"
-    return M.encode_stored_message(
+    return encode_stored_message(
         topic=draw(st.text(min_size=1, max_size=200).filter(lambda t: len(t.encode()) < 300)),
         queue_id=draw(st.integers(0, 2**31 - 1)),
         queue_offset=draw(st.integers(0, 2**62)), physical_offset=draw(st.integers(0, 2**62)),
@@ -95,15 +96,15 @@ def records(draw):
 def test_random_bodies_match_the_scalar_decoder(recs):
     body = b"".join(recs)
     for force in (False, True):
-        C.FORCE_PURE_PYTHON = force
+        pull_decode.FORCE_PURE_PYTHON = force
         try:
             compare(body)
         finally:
-            C.FORCE_PURE_PYTHON = False
+            pull_decode.FORCE_PURE_PYTHON = False
 
 
 def sample_body(n=5):
-    return b"".join(M.encode_stored_message(
+    return b"".join(encode_stored_message(
         topic="T", queue_id=1, queue_offset=100 + i, physical_offset=1000 * i,
         body=b"payload %d" % i, properties=f"TAGS\x01t{i}\x02KEYS\x01k{i}",
         born_host="127.0.0.1:1", store_host="127.0.0.1:2") for i in range(n))
@@ -118,49 +119,49 @@ def sample_body(n=5):
 def test_corruption_names_the_bytes(decoder, corrupt, message):
     body = sample_body()
     with pytest.raises(MessageDecodeError) as info:
-        C.decode_columns(corrupt(body))
+        pull_decode.decode_columns(corrupt(body))
     assert message in str(info.value)
     assert info.value.position is not None
 
 
 def test_corrupt_second_record_is_reported_at_its_offset(decoder):
     body = bytearray(sample_body())
-    second = len(M.encode_stored_message(
+    second = len(encode_stored_message(
         topic="T", queue_id=1, queue_offset=100, physical_offset=0, body=b"payload 0",
         properties="TAGS\x01t0\x02KEYS\x01k0", born_host="127.0.0.1:1",
         store_host="127.0.0.1:2"))
     body[second + 8] ^= 0x01  # the second record's CRC
     with pytest.raises(MessageDecodeError) as info:
-        C.decode_columns(bytes(body))
+        pull_decode.decode_columns(bytes(body))
     assert info.value.position == second + 8
     assert info.value.queue_offset == 101
 
 
 def test_bad_compressed_body_names_the_queue_offset(decoder):
-    rec = M.encode_stored_message(topic="T", queue_id=0, queue_offset=7, physical_offset=0,
-                                  body=b"not zlib at all", sys_flag=M.SYSFLAG_COMPRESSED)
+    rec = encode_stored_message(topic="T", queue_id=0, queue_offset=7, physical_offset=0,
+                                  body=b"not zlib at all", sys_flag=SYSFLAG_COMPRESSED)
     with pytest.raises(MessageDecodeError) as info:
-        C.decode_columns(rec)
+        pull_decode.decode_columns(rec)
     assert info.value.queue_offset == 7 and "inflate" in str(info.value)
 
 
 def test_empty_body_is_an_empty_batch(decoder):
-    batch = C.decode_columns(b"")
-    assert batch.num_rows == 0 and batch.schema == C.SCHEMA
+    batch = pull_decode.decode_columns(b"")
+    assert batch.num_rows == 0 and batch.schema == pull_decode.SCHEMA
 
 
 @pytest.mark.parametrize("bad", [b"\xff\xfe", b"\xc0\xaf", b"\xed\xa0\x80"])  # overlong, surrogate
 def test_invalid_utf8_in_properties_is_named(decoder, bad):
-    rec = M.encode_stored_message(topic="T", queue_id=0, queue_offset=3, physical_offset=0,
+    rec = encode_stored_message(topic="T", queue_id=0, queue_offset=3, physical_offset=0,
                                   body=b"x", properties="TAGS\x01ab\x02KEYS\x01kkk")
     start = rec.index(b"kkk")
     broken = rec[:start] + bad + rec[start + len(bad):]
     with pytest.raises(MessageDecodeError) as info:
-        C.decode_columns(broken)
+        pull_decode.decode_columns(broken)
     assert "UTF-8" in str(info.value)
 
 
-@pytest.mark.skipif(C._native is None, reason="the C accelerator is not built")
+@pytest.mark.skipif(pull_decode._native is None, reason="the C accelerator is not built")
 @settings(max_examples=300, deadline=None)
 @given(data=st.binary(max_size=700), offset=st.integers(0, 15), clmul=st.booleans())
 def test_native_crc_is_zlibs_crc32_on_both_paths(data, offset, clmul):
@@ -169,15 +170,15 @@ def test_native_crc_is_zlibs_crc32_on_both_paths(data, offset, clmul):
     import zlib
 
     view = memoryview(bytes(offset) + data)[offset:]
-    assert C._native.crc32(view, clmul) == zlib.crc32(data)
+    assert pull_decode._native.crc32(view, clmul) == zlib.crc32(data)
 
 
 @pytest.mark.parametrize("size", [63, 64, 100, 1000, 6000])
 def test_a_flipped_bit_in_a_large_body_fails_the_crc(decoder, size):
-    body = M.encode_stored_message(topic="T", queue_id=0, queue_offset=0, physical_offset=0,
+    body = encode_stored_message(topic="T", queue_id=0, queue_offset=0, physical_offset=0,
                                    body=bytes(range(256)) * (size // 256) + b"x" * (size % 256))
     damaged = bytearray(body)
     damaged[-8] ^= 0x10  # a body byte: after it come 3 body bytes, the topic, the props length
-    assert C.decode_columns(body).num_rows == 1
+    assert pull_decode.decode_columns(body).num_rows == 1
     with pytest.raises(MessageDecodeError, match="CRC mismatch"):
-        C.decode_columns(bytes(damaged))
+        pull_decode.decode_columns(bytes(damaged))
