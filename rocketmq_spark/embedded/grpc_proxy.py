@@ -7,15 +7,15 @@ It answers as Apache's proxy does in cluster mode, where that is observable:
   client gave) as the broker endpoints, and accepts NORMAL, FIFO, DELAY and TRANSACTION
   messages (our topics have no message type); an unknown topic is TOPIC_NOT_FOUND (the proxy
   never creates topics).
-* SendMessage picks the queue (see :mod:`rocketmq_spark.client.grpc.queue_choice`), builds each
-  message's properties as the proxy does (user properties, TAGS, KEYS, UNIQ_KEY,
-  TIMER_DELIVER_MS, RECONSUME_TIME, PGROUP = the topic, __SHARDINGKEY) and hands the broker a
-  SEND_MESSAGE_V2, or for several messages one SEND_BATCH_MESSAGE whose header carries the first
-  message's properties, as the proxy does. The broker appends those header properties to every
-  message of the batch (5.x brokers do), so every message of a multi-message call reads back
-  with the first message's id, tags, keys and properties: the genuine behaviour, kept so that
-  tests see what a real proxy would store. The answer is one entry per call (the batch's ids
-  comma-separated).
+* SendMessage picks the queue (see :mod:`rocketmq_spark.client.grpc.queue_choice`) and, in
+  :mod:`.grpc_send`, builds each message's properties as the proxy does (user properties, TAGS,
+  KEYS, UNIQ_KEY, TIMER_DELIVER_MS, RECONSUME_TIME, PGROUP = the topic, __SHARDINGKEY) and hands
+  the broker a SEND_MESSAGE_V2, or for several messages one SEND_BATCH_MESSAGE whose header
+  carries the first message's properties, as the proxy does. The broker appends those header
+  properties to every message of the batch (5.x brokers do), so every message of a multi-message
+  call reads back with the first message's id, tags, keys and properties: the genuine behaviour,
+  kept so that tests see what a real proxy would store. The answer is one entry per call (the
+  batch's ids comma-separated).
 * Telemetry answers a client's settings with the proxy's view merged in; Heartbeat and
   NotifyClientTermination answer OK; ReceiveMessage, AckMessage and ChangeInvisibleDuration
   serve the official SimpleConsumer (see :mod:`.grpc_delivery`); QueryAssignment assigns every
@@ -39,18 +39,12 @@ from ..client.grpc import definition_pb2 as definition
 from ..client.grpc import service_pb2 as service
 from ..client.grpc import service_pb2_grpc as service_grpc
 from ..client.grpc.queue_choice import queue_for_group
-from ..client.protocol.properties import (
-    KEYS, SHARDING_KEY, TAGS, UNIQ_KEY, encode_properties, java_hashmap_order,
-)
-from ..client.protocol.codes import (
-    PERM_READ, PERM_WRITE, SEND_V2_KEYS, RequestCode, ResponseCode,
-)
-from ..client.protocol.frame import RemotingCommand
-from ..client.protocol.message import BatchEntry, encode_batch
+from ..client.protocol.codes import PERM_READ, PERM_WRITE
 from ..client.protocol.route import MessageQueue
-from .grpc_delivery import (
-    SYSTEM_PROPERTIES, TIMER_DELIVER_MS, TRACE_CONTEXT, GroupDelivery, InvalidHandle,
-    decode_handle, tag_filter, to_proto,
+from .grpc_delivery import GroupDelivery, InvalidHandle, decode_handle, tag_filter, to_proto
+from .grpc_send import (
+    PropertiesEncoder, Refused, broker_request, checked_properties, send_response, status,
+    wrap,
 )
 from .tls import TlsSettings
 
@@ -63,26 +57,6 @@ ALL_MESSAGE_TYPES = (definition.NORMAL, definition.FIFO, definition.DELAY, defin
 POLL_INTERVAL = 0.05
 MAX_LONG_POLL = 30.0
 DEFAULT_INVISIBLE = 30.0
-
-# Broker answers to the proxy's status codes (what the proxy reports for a failed send).
-_BROKER_CODES = {
-    ResponseCode.TOPIC_NOT_EXIST: definition.TOPIC_NOT_FOUND,
-    ResponseCode.NO_PERMISSION: definition.FORBIDDEN,
-    ResponseCode.MESSAGE_ILLEGAL: definition.BAD_REQUEST,
-    ResponseCode.SYSTEM_BUSY: definition.TOO_MANY_REQUESTS,
-    ResponseCode.FLOW_CONTROL: definition.TOO_MANY_REQUESTS,
-    ResponseCode.SERVICE_NOT_AVAILABLE: definition.INTERNAL_SERVER_ERROR,
-}
-
-
-def status(code: int, message: str = "") -> definition.Status:
-    return definition.Status(code=code, message=message or definition.Code.Name(code))
-
-
-_OK = status(definition.OK)
-_V2 = {name: SEND_V2_KEYS.get(name, name) for name in (
-    "producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
-    "bornTimestamp", "flag", "properties", "reconsumeTimes", "bname", "batch")}
 
 
 class _ProxyConnection:
@@ -102,12 +76,6 @@ def _peer_address(context) -> str:
     return rest if kind == "ipv4" else "127.0.0.1:0"
 
 
-def _wrap(resource: definition.Resource) -> str:
-    """Apache's namespace wrapping: ``namespace%name``."""
-    ns = resource.resource_namespace
-    return f"{ns}%{resource.name}" if ns else resource.name
-
-
 class GrpcProxy(service_grpc.MessagingServiceServicer):
     """The gRPC endpoint. Create and start it on the cluster's loop."""
 
@@ -125,7 +93,7 @@ class GrpcProxy(service_grpc.MessagingServiceServicer):
         self._deliveries: Dict[Tuple[str, str, str], GroupDelivery] = {}
         self.clients: Dict[str, int] = {}  # client id -> ClientType, from settings/heartbeats
         self._writable_cache: Dict[str, tuple] = {}
-        self._orders: Dict[Tuple[str, ...], List[str]] = {}
+        self._properties = PropertiesEncoder()
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -212,7 +180,7 @@ class GrpcProxy(service_grpc.MessagingServiceServicer):
         refusal = self._refusal(context)
         if refusal is not None:
             return service.QueryRouteResponse(status=refusal)
-        topic = _wrap(request.topic)
+        topic = wrap(request.topic)
         endpoints = self._endpoints(request.endpoints)
         queues = []
         for b in self._running_brokers():
@@ -239,7 +207,7 @@ class GrpcProxy(service_grpc.MessagingServiceServicer):
         refusal = self._refusal(context)
         if refusal is not None:
             return service.QueryAssignmentResponse(status=refusal)
-        topic = _wrap(request.topic)
+        topic = wrap(request.topic)
         endpoints = self._endpoints(request.endpoints)
         assignments = [
             definition.Assignment(message_queue=definition.MessageQueue(
@@ -311,94 +279,24 @@ class GrpcProxy(service_grpc.MessagingServiceServicer):
             return service.SendMessageResponse(status=refusal)
         try:
             return self._send(request, _peer_address(context))
-        except _Refused as exc:
+        except Refused as exc:
             return service.SendMessageResponse(status=exc.status)
 
     def _send(self, request, peer: str) -> service.SendMessageResponse:
         messages = request.messages
-        if not messages:
-            raise _Refused(definition.MESSAGE_CORRUPTED, "no message to send")
-        first = messages[0]
-        first_topic = first.topic
-        topic = _wrap(first_topic)
-        properties = []
-        for m in messages:
-            if m.topic != first_topic:
-                raise _Refused(definition.MESSAGE_CORRUPTED, "topic in message is not same")
-            size = len(m.body)
-            if not size:
-                raise _Refused(definition.MESSAGE_BODY_EMPTY, "message body is empty")
-            if size > self.max_message_size:
-                raise _Refused(definition.MESSAGE_BODY_TOO_LARGE,
-                               f"message body size {size} exceeds {self.max_message_size}")
-            properties.append(self._message_properties(m, topic))
+        topic, properties = checked_properties(messages, self.max_message_size,
+                                               self._properties)
         writable = self._writable(topic)
         if not writable:
-            raise _Refused(definition.TOPIC_NOT_FOUND, f"topic {topic} not found")
-        system = first.system_properties
-        group = system.message_group if len(messages) == 1 else ""
+            raise Refused(definition.TOPIC_NOT_FOUND, f"topic {topic} not found")
+        group = messages[0].system_properties.message_group if len(messages) == 1 else ""
         if group:
             queue, broker = queue_for_group(writable, group)
         else:
             queue, broker = writable[next(self._rr) % len(writable)]
-        fields = {_V2["producerGroup"]: topic, _V2["topic"]: topic, _V2["defaultTopic"]: "TBW102",
-                  _V2["defaultTopicQueueNums"]: "4", _V2["queueId"]: str(queue.queue_id),
-                  _V2["sysFlag"]: "0",
-                  _V2["bornTimestamp"]: str(system.born_timestamp.ToMilliseconds()),
-                  _V2["flag"]: "0", _V2["properties"]: properties[0],
-                  _V2["reconsumeTimes"]: "0", _V2["bname"]: broker.name}
-        if len(messages) == 1:
-            code, body = RequestCode.SEND_MESSAGE_V2, bytes(first.body)
-        else:
-            fields[_V2["batch"]] = "true"
-            code = RequestCode.SEND_BATCH_MESSAGE
-            body = encode_batch([BatchEntry(bytes(m.body), props, 0)
-                                 for m, props in zip(messages, properties)])
-        response = broker.handle(_ProxyConnection(peer), RemotingCommand(code, fields, body))
-        if response.code != ResponseCode.SUCCESS:
-            raise _Refused(_BROKER_CODES.get(response.code, definition.INTERNAL_SERVER_ERROR),
-                           response.remark or "")
-        ids = (first.system_properties.message_id if len(messages) == 1
-               else ",".join(m.system_properties.message_id for m in messages))
-        entry = service.SendResultEntry(status=_OK, message_id=ids,
-                                    offset=int(response.fields.get("queueOffset", "0")))
-        return service.SendMessageResponse(status=_OK, entries=[entry])
+        request = broker_request(messages, properties, topic, queue.queue_id, broker.name)
+        return send_response(messages, broker.handle(_ProxyConnection(peer), request))
 
-    def _message_properties(self, message: definition.Message, topic: str) -> str:
-        """The stored properties of one message, in the proxy's order (a Java HashMap's), as
-        the properties text it hands the broker."""
-        props: Dict[str, str] = {}
-        for key, value in message.user_properties.items():
-            if key in SYSTEM_PROPERTIES:
-                raise _Refused(definition.ILLEGAL_MESSAGE_PROPERTY_KEY,
-                               f"property is used by system: {key}")
-            props[key] = value
-        system = message.system_properties
-        if system.tag:
-            props[TAGS] = system.tag
-        if system.keys:
-            props[KEYS] = " ".join(system.keys)
-        if not system.message_id:
-            raise _Refused(definition.ILLEGAL_MESSAGE_ID, "message id is empty")
-        props[UNIQ_KEY] = system.message_id
-        if system.HasField("delivery_timestamp"):
-            props[TIMER_DELIVER_MS] = str(system.delivery_timestamp.ToMilliseconds())
-        props["RECONSUME_TIME"] = str(system.delivery_attempt)
-        props["PGROUP"] = topic
-        if system.message_group:
-            props[SHARDING_KEY] = system.message_group
-        if system.trace_context:
-            props[TRACE_CONTEXT] = system.trace_context
-        names = tuple(props)
-        order = self._orders.get(names)
-        if order is None:  # the order depends on the names alone, and they repeat
-            order = self._orders[names] = java_hashmap_order(names)
-            if len(self._orders) > 4096:
-                self._orders.clear()
-        try:
-            return encode_properties({k: props[k] for k in order}, trailing_separator=False)
-        except ValueError as exc:
-            raise _Refused(definition.ILLEGAL_MESSAGE_PROPERTY_KEY, str(exc)) from None
 
     # ---------------------------------------------------------------- receiving
 
@@ -418,7 +316,7 @@ class GrpcProxy(service_grpc.MessagingServiceServicer):
         if refusal is not None:
             yield service.ReceiveMessageResponse(status=refusal)
             return
-        group, topic = _wrap(request.group), _wrap(request.message_queue.topic)
+        group, topic = wrap(request.group), wrap(request.message_queue.topic)
         try:
             tags = tag_filter(request.filter_expression)
         except ValueError as exc:
@@ -459,7 +357,7 @@ class GrpcProxy(service_grpc.MessagingServiceServicer):
         refusal = self._refusal(context)
         if refusal is not None:
             return service.AckMessageResponse(status=refusal)
-        group, topic = _wrap(request.group), _wrap(request.topic)
+        group, topic = wrap(request.group), wrap(request.topic)
         results, codes = [], set()
         for entry in request.entries:
             result = self._ack_one(group, topic, entry.receipt_handle)
@@ -486,7 +384,7 @@ class GrpcProxy(service_grpc.MessagingServiceServicer):
         refusal = self._refusal(context)
         if refusal is not None:
             return service.ChangeInvisibleDurationResponse(status=refusal)
-        group, topic = _wrap(request.group), _wrap(request.topic)
+        group, topic = wrap(request.group), wrap(request.topic)
         try:
             delivery = self._delivery(group, topic, decode_handle(request.receipt_handle)[0])
             if delivery is None:
@@ -498,9 +396,3 @@ class GrpcProxy(service_grpc.MessagingServiceServicer):
                 status=status(definition.INVALID_RECEIPT_HANDLE, str(exc)))
         return service.ChangeInvisibleDurationResponse(status=status(definition.OK),
                                                        receipt_handle=handle)
-
-
-class _Refused(Exception):
-    def __init__(self, code: int, message: str):
-        super().__init__(message)
-        self.status = status(code, message)
