@@ -624,7 +624,7 @@ def bench_planning(args) -> dict:
             total, lo, pa_ms, n, _ = plan(reader)
             production.append(total)
         for _ in range(args.planning_calls):
-            reader.driver.offsets._discovered_at = float("-inf")  # route cache stale too
+            reader.runner.offsets.expire_discovery()  # route cache stale too
             total, lo, pa_ms, n, _ = plan(reader)
             forced.append(total)
             parts_lo.append(lo)

@@ -71,6 +71,10 @@ class OffsetReader:
         return [t for t in self.admin.names.topic_list()
                 if pattern.fullmatch(t) and not SYSTEM_TOPICS.match(t) and t not in reserved]
 
+    def expire_discovery(self) -> None:
+        """Let the next :meth:`discover` look the routes up again (as when they went stale)."""
+        self._discovered_at = float("-inf")
+
     def discover(self, force: bool = False) -> Discovery:
         """Readable queues of the subscribed topics, refreshed at most once a second."""
         now = time.monotonic()
