@@ -28,7 +28,7 @@ from ..client.protocol.properties import (
 )
 from .background import BackgroundService
 from .context import BrokerContext
-from .records import properties_text
+from .records import properties_text, tag_code
 
 log = logging.getLogger(__name__)
 
@@ -117,4 +117,4 @@ class ScheduleService(BackgroundService):
                 flag=msg.flag, sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
                 born_host=msg.born_host, store_timestamp=now, store_host=store_host,
                 reconsume_times=msg.reconsume_times),
-            wake_after_answer=False)
+            codes=[tag_code(text)], wake_after_answer=False)

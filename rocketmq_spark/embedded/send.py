@@ -139,7 +139,8 @@ def handle_send(context: BrokerContext, conn, cmd: RemotingCommand) -> RemotingC
         return cmd.make_response(checked[0], dict(ext), checked[1], version=opts.version)
     queue_id = checked
     # the requested queue exists from here on, even when the message goes to the half or
-    # schedule topic or is refused below (the C path does the same; a test compares stores)
+    # schedule topic (whose queues appear only when a record is stored) or is refused below
+    # (the C path does the same; a test compares stores)
     context.store.queue(request.topic, queue_id)
     if request.batch:
         run = _batch_run(context, request, queue_id, cmd.body)
