@@ -205,7 +205,7 @@ def parse_credentials(given: Mapping[str, str]) -> Optional[Credentials]:
     return Credentials(given["accesskey"], given["secretkey"])
 
 
-def connection_settings(raw: Mapping[str, str], what: str = "") -> ConnectionSettings:
+def parse_connection_settings(raw: Mapping[str, str], what: str = "") -> ConnectionSettings:
     """The connection options of ``raw`` (any others are left alone) as settings."""
     given = {k: v for k, v in ((str(k).lower(), str(v)) for k, v in raw.items())
              if k in {o.name.lower() for o in CONNECTION}}

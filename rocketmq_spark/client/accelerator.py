@@ -24,7 +24,7 @@ except ImportError:  # pragma: no cover - depends on the build
 
 
 def built_module() -> Optional[ModuleType]:
-    """The C module when it is built, whatever :data:`FORCE_PURE_PYTHON` says: each caller
-    keeps the switch beside it (tests flip a caller's copy to hold its C and Python paths
-    together)."""
+    """The C module when it is built, whatever :data:`FORCE_PURE_PYTHON` says: callers read the
+    switch here, except the body decoder (:mod:`.protocol.pull_decode`), which keeps a copy that
+    tests flip to hold its C and Python paths together."""
     return _built

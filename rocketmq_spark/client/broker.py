@@ -52,8 +52,10 @@ class Subscription:
     expression: str = "*"
 
 
-def _cmd(code: int, fields: Optional[Dict[str, object]] = None, body: bytes = b""
-         ) -> RemotingCommand:
+def command(code: int, fields: Optional[Dict[str, object]] = None, body: bytes = b""
+            ) -> RemotingCommand:
+    """A request whose header fields are written as Java's clients write them: ``None`` left
+    out, booleans as ``true``/``false``, anything else as its ``str``."""
     ext = {}
     for key, value in (fields or {}).items():
         if value is None:
@@ -82,7 +84,7 @@ def send_command(broker_name: str, producer_group: str, topic: str, queue_id: in
         fields = {SEND_V2_KEYS[k]: v for k, v in fields.items()}
     else:
         code = RequestCode.SEND_MESSAGE
-    return _cmd(code, fields, body)
+    return command(code, fields, body)
 
 
 class BrokerClient:
@@ -114,12 +116,12 @@ class BrokerClient:
     def pull_async(self, address: str, request: PullRequest
                    ) -> Tuple[Connection, ResponseFuture]:
         """Send a pull without waiting; finish it with :meth:`pull_wait`."""
-        return self.remoting.send(address, _cmd(RequestCode.PULL_MESSAGE, request.ext_fields()))
+        return self.remoting.send(address, command(RequestCode.PULL_MESSAGE, request.ext_fields()))
 
     def pull_many_async(self, address: str, requests: Sequence[PullRequest]
                         ) -> List[Tuple[Connection, ResponseFuture]]:
         """Send several pulls to one broker in a single write."""
-        return self.remoting.send_many(address, [_cmd(RequestCode.PULL_MESSAGE, r.ext_fields())
+        return self.remoting.send_many(address, [command(RequestCode.PULL_MESSAGE, r.ext_fields())
                                                  for r in requests])
 
     def pull_wait(self, address: str, pending: Tuple[Connection, ResponseFuture],
@@ -160,7 +162,7 @@ class BrokerClient:
     def get_earliest_msg_store_time(self, address: str, mq: MessageQueue,
                                     timeout: Optional[float] = None) -> int:
         """Store time (ms) of the message at the min offset; -1 for an empty queue."""
-        r = self._call(address, _cmd(RequestCode.GET_EARLIEST_MSG_STORETIME, {
+        r = self._call(address, command(RequestCode.GET_EARLIEST_MSG_STORETIME, {
             "topic": mq.topic, "queueId": mq.queue_id, "bname": mq.broker_name}),
             "GET_EARLIEST_MSG_STORETIME", timeout)
         return self._offset(r, "timestamp", address, "GET_EARLIEST_MSG_STORETIME")
@@ -191,7 +193,7 @@ class BrokerClient:
                     fields.update(consumerGroup=group, setZeroIfNotFound=False)
                 elif kind == "timestamp":
                     fields["timestamp"] = int(timestamp_ms)
-                commands.append(_cmd(code, fields))
+                commands.append(command(code, fields))
             try:  # one write per broker for all of its queues
                 pending = self.remoting.send_many(address, commands)
             except RocketMQError as exc:
@@ -220,19 +222,19 @@ class BrokerClient:
         """Announce this client (as a pull consumer and/or producer) to one broker."""
         body = heartbeat_body(self.remoting.config.client_id, consumer_group, subscriptions,
                               producer_group, consume_from_where)
-        self._call(address, _cmd(RequestCode.HEART_BEAT, body=body), "HEART_BEAT", timeout)
+        self._call(address, command(RequestCode.HEART_BEAT, body=body), "HEART_BEAT", timeout)
 
     def unregister_client(self, address: str, consumer_group: Optional[str] = None,
                           producer_group: Optional[str] = None,
                           timeout: Optional[float] = None) -> None:
-        self._call(address, _cmd(RequestCode.UNREGISTER_CLIENT, {
+        self._call(address, command(RequestCode.UNREGISTER_CLIENT, {
             "clientID": self.remoting.config.client_id, "consumerGroup": consumer_group,
             "producerGroup": producer_group}), "UNREGISTER_CLIENT", timeout)
 
     def get_consumer_list_by_group(self, address: str, group: str,
                                    timeout: Optional[float] = None) -> List[str]:
         """Client ids of the group's live members; ``[]`` when the broker knows none."""
-        r = self._call(address, _cmd(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {
+        r = self._call(address, command(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {
             "consumerGroup": group}), "GET_CONSUMER_LIST_BY_GROUP", timeout,
             ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
         if r.code == ResponseCode.SYSTEM_ERROR:
@@ -247,7 +249,7 @@ class BrokerClient:
         """The group's members as ``mqadmin consumerConnection`` shows them: the
         ConsumerConnection JSON (``connectionSet`` of clientId/clientAddr/language/version,
         ``subscriptionTable``, ``consumeType``, ...)."""
-        r = self._call(address, _cmd(RequestCode.GET_CONSUMER_CONNECTION_LIST, {
+        r = self._call(address, command(RequestCode.GET_CONSUMER_CONNECTION_LIST, {
             "consumerGroup": group}), "GET_CONSUMER_CONNECTION_LIST", timeout)
         return json_object(r.body, "consumer connection list")
 
@@ -256,7 +258,7 @@ class BrokerClient:
         """GET_CONSUMER_RUNNING_INFO: the broker asks member ``client_id`` of ``group`` and
         passes its ConsumerRunningInfo on (fastjson text: its ``mqTable`` has queues as object
         keys, so it is returned as bytes)."""
-        r = self._call(address, _cmd(RequestCode.GET_CONSUMER_RUNNING_INFO, {
+        r = self._call(address, command(RequestCode.GET_CONSUMER_RUNNING_INFO, {
             "consumerGroup": group, "clientId": client_id, "jstackEnable": False}),
             "GET_CONSUMER_RUNNING_INFO", timeout)
         return r.body
@@ -268,7 +270,7 @@ class BrokerClient:
         ``group`` (as RocketMQ's orderly consumers do). Returns the queues now locked by this
         client; the others are held by another client whose lock has not expired."""
         body = lock_batch_body(group, client_id or self.remoting.config.client_id, queues)
-        r = self._call(address, _cmd(RequestCode.LOCK_BATCH_MQ, body=body), "LOCK_BATCH_MQ",
+        r = self._call(address, command(RequestCode.LOCK_BATCH_MQ, body=body), "LOCK_BATCH_MQ",
                        timeout)
         granted = json_object(r.body, "LOCK_BATCH_MQ answer").get("lockOKMQSet") or []
         try:
@@ -283,7 +285,7 @@ class BrokerClient:
                         timeout: Optional[float] = None) -> None:
         """UNLOCK_BATCH_MQ: release this client's locks on ``queues`` (a queue locked by another
         client stays locked)."""
-        cmd = _cmd(RequestCode.UNLOCK_BATCH_MQ,
+        cmd = command(RequestCode.UNLOCK_BATCH_MQ,
                    body=lock_batch_body(group, client_id or self.remoting.config.client_id,
                                         queues))
         if oneway:
@@ -337,7 +339,7 @@ class BrokerClient:
                      write_queue_nums: Optional[int] = None, perm: int = 6,
                      timeout: Optional[float] = None) -> None:
         """UPDATE_AND_CREATE_TOPIC on one broker (create, or change queue counts / perm)."""
-        self._call(address, _cmd(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+        self._call(address, command(RequestCode.UPDATE_AND_CREATE_TOPIC, {
             "topic": topic, "defaultTopic": DEFAULT_TOPIC, "readQueueNums": read_queue_nums,
             "writeQueueNums": read_queue_nums if write_queue_nums is None else write_queue_nums,
             "perm": perm, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False}),
@@ -346,7 +348,7 @@ class BrokerClient:
 
 def update_offset_command(mq: MessageQueue, group: str, offset: int) -> RemotingCommand:
     """UPDATE_CONSUMER_OFFSET: ``offset`` is the group's next offset to consume in ``mq``."""
-    return _cmd(RequestCode.UPDATE_CONSUMER_OFFSET, {
+    return command(RequestCode.UPDATE_CONSUMER_OFFSET, {
         "consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id,
         "commitOffset": offset, "bname": mq.broker_name})
 

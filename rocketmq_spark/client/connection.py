@@ -32,7 +32,7 @@ from .protocol.frame import (
     FLAG_RESPONSE, FrameDecoder, RemotingCommand, decode_payload, encode_frame,
 )
 from .protocol.sniff import foreign_protocol, foreign_protocol_message
-from .transport import TlsTransport, open_transport
+from .transport import TlsTransport, open_stream
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class Connection:
         self._response_takers: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._closed = False
         self._close_reason = ""
-        self._sock, self._transport = open_transport(address, connect_timeout, tls, unavailable)
+        self._sock, self._transport = open_stream(address, connect_timeout, tls, unavailable)
 
     # ------------------------------------------------------------------ public
 

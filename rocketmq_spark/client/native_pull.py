@@ -45,7 +45,7 @@ def _template_fields(request: PullRequest, credentials: Optional[Credentials]):
 def make_puller(conn: Connection, request: PullRequest, end: int, depth: int,
                 filtered: bool, broker_id: int, version: int = CLIENT_VERSION):
     """A ``_native.Puller`` for ``request``'s queue up to ``end`` on ``conn``, or ``None`` when
-    the connection needs the Python path."""
+    the C loop is not built or is switched off (:func:`why_python_pulls`)."""
     if why_python_pulls() is not None:
         return None
     transport = conn.native_transport

@@ -321,6 +321,9 @@ class Producer:
         answers are collected by its sender, see :func:`~.transaction.collect_half_answers`);
         raises for a refusal or a lost connection."""
         address, pending, queue, first_id = handle
+        if isinstance(first_id, list):
+            raise TypeError("a run's answers are collected by the sender that started it "
+                            "(transaction.collect_half_answers), not by Producer.finish")
         return [self._result(queue, first_id,
                              self.brokers.send_wait(address, pending, timeout), address)]
 

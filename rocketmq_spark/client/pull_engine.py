@@ -46,7 +46,6 @@ class PullEngine(ABC):
         self.reader = reader
         self.settings = reader.settings
         self.answers = 0  # answers the reader acted on
-        self.step = max(1, self.settings.max_msg_nums)
         self.depth = 1 if reader.tags else max(1, self.settings.pipeline_depth)
         self.bodies: List = []
         self.firsts: List[int] = []

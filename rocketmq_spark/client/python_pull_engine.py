@@ -26,6 +26,7 @@ class PythonPullEngine(PullEngine):
     def __init__(self, reader: "QueueRangeReader"):
         super().__init__(reader)
         self.inflight: Dict[int, Tuple[int, str, tuple]] = {}  # offset -> (nums, address, pending)
+        self.step = max(1, self.settings.max_msg_nums)
         self.full_streak = 0
 
     def _plan(self, offset: int) -> List[Tuple[int, int]]:

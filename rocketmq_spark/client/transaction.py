@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-from .broker import SEND_STATUS_OF_CODE, BrokerClient
+from .broker import SEND_STATUS_OF_CODE, BrokerClient, command
 from .connection import Connection, ResponseFuture
 from .errors import ProtocolError, RocketMQError
 from .protocol.message import MessageExt, commit_log_offset_of, decode_message
@@ -145,12 +145,12 @@ def collect_half_answers(address: str, broker_name: str,
 def end_transaction_command(group: str, handle: HalfHandle, outcome: Outcome,
                             from_check: bool = False) -> RemotingCommand:
     """END_TRANSACTION (EndTransactionRequestHeader) for one half message."""
-    return RemotingCommand(code=END_TRANSACTION, ext_fields={
+    return command(END_TRANSACTION, {
         "producerGroup": group,
-        "tranStateTableOffset": str(handle.queue_offset),
-        "commitLogOffset": str(handle.commit_log_offset),
-        "commitOrRollback": str(outcome.value),
-        "fromTransactionCheck": "true" if from_check else "false",
+        "tranStateTableOffset": handle.queue_offset,
+        "commitLogOffset": handle.commit_log_offset,
+        "commitOrRollback": outcome.value,
+        "fromTransactionCheck": from_check,
         "msgId": handle.uniq_key,
         "transactionId": handle.transaction_id or handle.uniq_key,
     })

@@ -1,7 +1,7 @@
 """The byte streams under a connection: plain TCP, or TLS over memory BIOs.
 
 A transport sends whole buffers and receives with a deadline; it knows nothing of frames.
-:func:`open_transport` connects, shakes hands and turns every failure into the error a caller
+:func:`open_stream` connects, shakes hands and turns every failure into the error a caller
 of the connection expects (the peer unavailable, or a clear word when it speaks HTTP).
 """
 from __future__ import annotations
@@ -160,12 +160,12 @@ class TlsTransport:
         return memoryview(self._raw)[:self.sock.recv_into(self._raw)]
 
 
-Transport = Union[PlainTransport, TlsTransport]
+ByteStream = Union[PlainTransport, TlsTransport]
 
 
-def open_transport(address: str, connect_timeout: float, tls: Optional[ssl.SSLContext],
+def open_stream(address: str, connect_timeout: float, tls: Optional[ssl.SSLContext],
                    unavailable: Type[RemotingConnectionError]
-                   ) -> Tuple[socket.socket, Transport]:
+                ) -> Tuple[socket.socket, ByteStream]:
     """Connect to ``address`` (TLS when ``tls`` is given, handshake done): the socket and its
     transport. Raises ``unavailable`` when the peer cannot be reached or the handshake fails,
     and :class:`ProtocolError` when a TLS client reached an HTTP server."""
@@ -174,7 +174,7 @@ def open_transport(address: str, connect_timeout: float, tls: Optional[ssl.SSLCo
         sock = socket.create_connection((host, port), timeout=connect_timeout)
     except OSError as exc:
         raise unavailable(address, f"cannot connect: {exc.strerror or exc}") from None
-    transport: Optional[Transport] = None
+    transport: Optional[ByteStream] = None
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if tls is not None:

@@ -29,7 +29,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from ..client.admin import Admin
 from ..client.errors import RocketMQError
 from ..client.protocol.route import MessageQueue
-from ..options import connection_settings
+from ..options import parse_connection_settings
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class RocketMQLagListener(StreamingQueryListener):
 
     def __init__(self, options: Mapping[str, str], *, time_lag: bool = True,
                  history: int = 10_000, on_report=None):
-        self._settings = connection_settings(
+        self._settings = parse_connection_settings(
             options, " (RocketMQLagListener: pass the options the query's reader was given)")
         self._time_lag = time_lag
         self._history = history
