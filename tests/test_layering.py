@@ -1,4 +1,4 @@
-"""The package's imports run one way, as README's Layout draws them.
+"""The package's imports run one way, as docs/layout.md draws them.
 
 Read from the source with ``ast`` (nothing is imported, so this is fast and sees imports under
 ``TYPE_CHECKING`` too, which a reader of the code sees as well):
