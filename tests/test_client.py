@@ -285,7 +285,7 @@ def test_reader_retries_transient_broker_errors(cluster, admin, producer):
                       request_codes=[RequestCode.PULL_MESSAGE])
     rows, reader = read_all(admin, mq, retry_backoff=0.01)
     assert [r["queue_offset"] for r in rows] == list(range(200))
-    assert reader.retries >= 1
+    assert reader.busy_answers >= 1 and reader.retries == 0  # busy is back-pressure, no fault
 
 
 def test_reader_rides_out_a_broker_restart(cluster, admin, producer):

@@ -14,7 +14,9 @@
  * (rocketmq_spark/client/python_pull_engine.py is the reference for the semantics).
  *
  * Pipeline: requests ask for ``step`` messages each at contiguous offsets (offset, offset+step,
- * ...), ``depth`` at most in flight, topped up in one write once half have been answered. The
+ * ...), ``depth`` at most in flight, topped up in one write once half have been answered
+ * (after a busy answer Python narrows this ``window`` to 1; each answer consumed doubles it back
+ * to ``depth``, so a broker in flow control gets one pull, not a burst, per backoff). The
  * step is learned from the broker: an answer capped below what was asked sets it, so a broker
  * serving 32 (or 8) messages a pull is asked for exactly that. An answer that stops short
  * leaves a gap before the next request in flight, which is requested at once for exactly the
@@ -194,6 +196,7 @@ static int Puller_init(Puller *self, PyObject *args, PyObject *kw) {
     self->depth = depth < 1 ? 1 : (depth > MAX_DEPTH ? MAX_DEPTH : depth);
     self->filtered = filtered;
     if (filtered) self->depth = 1;
+    self->window = self->depth;
     return 0;
 }
 
@@ -261,6 +264,8 @@ static int consume_frame(Puller *self, int i, const uint8_t *frame, Py_ssize_t f
     int64_t got = (next < self->end ? next : self->end) - fl->offset;
     self->out_msgs += got;
     self->pulls++;
+    if (self->window < self->depth)  /* after a busy answer: back to depth, doubling */
+        self->window = self->window * 2 < self->depth ? self->window * 2 : self->depth;
     if (!self->filtered && next < self->end) {
         /* learn the broker's cap: an answer below what was asked is capped */
         if (got < fl->nums) { self->step = (int32_t)got; self->full_streak = 0; }
@@ -452,6 +457,30 @@ static int wait_and_receive(Puller *self, run_t *run, PyObject **out) {
     return 0;
 }
 
+/* The steps of one run() until it returns (see run below). */
+static PyObject *run_steps(Puller *self, run_t *run) {
+    PyObject *out = NULL;
+    for (;;) {
+        if (run->offset >= self->end) return result(R_END, run->offset, NULL);
+        if (self->out_msgs >= run->max_msgs || self->olen >= run->max_bytes)
+            return result(R_BATCH, run->offset, NULL);
+        int taken = take_arrived(self, run, &out);
+        if (taken == TAKEN_DONE) return out;
+        if (taken == TAKEN_CONSUMED) continue;
+        if (send_planned(self, run, &out)) return out;
+        PyObject *foreign = NULL;  /* frames that answer no pull in flight, for Python */
+        int framed = frame_received(self, run, &foreign);
+        if (framed < 0) {
+            Py_XDECREF(foreign);
+            return framed == FRAMED_BROKEN ? result(R_PROTOCOL, run->offset, NULL) : NULL;
+        }
+        if (foreign) return result(R_FOREIGN, run->offset, foreign);
+        if (framed) continue;
+        if (run->closed) return result(R_CLOSED, run->offset, NULL);
+        if (wait_and_receive(self, run, &out)) return out;
+    }
+}
+
 /* run(offset, timeout, max_msgs, max_bytes, pending=b"") -> (reason, offset, extra)
  *
  * Pulls from ``offset`` until the output holds ``max_msgs`` messages or ``max_bytes`` bytes,
@@ -459,7 +488,8 @@ static int wait_and_receive(Puller *self, run_t *run, PyObject **out) {
  *   BATCH, END: None;  RESPONSE: the answer's frame (after the length prefix) for ``offset``;
  *   FOREIGN: list of frames that are not ours (peer requests, other answers);
  *   TIMEOUT: None;  CLOSED: None;  ERROR: errno;  PROTOCOL: None.
- * On every return the unframed received bytes are handed back by rest(). */
+ * On every return (an error raised included) the unframed received bytes are handed back by
+ * rest(), and ``reached`` is the offset the output covers up to. */
 static PyObject *Puller_run(Puller *self, PyObject *args) {
     long long offset_arg, max_msgs, max_bytes;
     double timeout;
@@ -477,26 +507,9 @@ static PyObject *Puller_run(Puller *self, PyObject *args) {
                  .max_bytes = max_bytes, .closed = 0};
     drop_stale(self, run.offset);
     run.deadline = now_s() + timeout;
-    PyObject *out = NULL;
-    for (;;) {
-        if (run.offset >= self->end) return result(R_END, run.offset, NULL);
-        if (self->out_msgs >= max_msgs || self->olen >= max_bytes)
-            return result(R_BATCH, run.offset, NULL);
-        int taken = take_arrived(self, &run, &out);
-        if (taken == TAKEN_DONE) return out;
-        if (taken == TAKEN_CONSUMED) continue;
-        if (send_planned(self, &run, &out)) return out;
-        PyObject *foreign = NULL;  /* frames that answer no pull in flight, for Python */
-        int framed = frame_received(self, &run, &foreign);
-        if (framed < 0) {
-            Py_XDECREF(foreign);
-            return framed == FRAMED_BROKEN ? result(R_PROTOCOL, run.offset, NULL) : NULL;
-        }
-        if (foreign) return result(R_FOREIGN, run.offset, foreign);
-        if (framed) continue;
-        if (run.closed) return result(R_CLOSED, run.offset, NULL);
-        if (wait_and_receive(self, &run, &out)) return out;
-    }
+    PyObject *out = run_steps(self, &run);
+    self->reached = run.offset;  /* the output holds the range up to here, whatever ended it */
+    return out;
 }
 
 /* rest() -> (bytes, consumed): received bytes not framed yet (a partial frame, or what failed
@@ -634,6 +647,8 @@ static PyObject *Puller_get(Puller *self, void *which) {
     case 6: return PyLong_FromLongLong(self->gap_requests);
     case 8: return PyBool_FromLong(self->sign);
     case 9: return PyBool_FromLong(self->transport != NULL);
+    case 10: return PyLong_FromLong(self->window);
+    case 11: return PyLong_FromLongLong(self->reached);
     default: return PyLong_FromLongLong(self->broker_id);
     }
 }
@@ -643,6 +658,14 @@ static int Puller_set_broker_id(Puller *self, PyObject *value, void *unused) {
     long long v = PyLong_AsLongLong(value);
     if (v == -1 && PyErr_Occurred()) return -1;
     self->broker_id = v;
+    return 0;
+}
+
+static int Puller_set_window(Puller *self, PyObject *value, void *unused) {
+    if (!value) { PyErr_SetString(PyExc_TypeError, "cannot delete window"); return -1; }
+    long v = PyLong_AsLong(value);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    self->window = v < 1 ? 1 : (v > self->depth ? self->depth : (int32_t)v);
     return 0;
 }
 
@@ -656,6 +679,9 @@ static PyGetSetDef Puller_getset[] = {
     {"gap_requests", (getter)Puller_get, NULL, "requests that filled a short answer's gap", (void *)6},
     {"signed", (getter)Puller_get, NULL, "whether requests carry a Signature", (void *)8},
     {"tls", (getter)Puller_get, NULL, "whether bytes go through the TLS transport", (void *)9},
+    {"window", (getter)Puller_get, (setter)Puller_set_window,
+     "requests allowed in flight now (1 to depth)", (void *)10},
+    {"reached", (getter)Puller_get, NULL, "the offset the last run stopped at", (void *)11},
     {"broker_id", (getter)Puller_get, (setter)Puller_set_broker_id,
      "the suggestWhichBrokerId answers are expected to carry", (void *)7},
     {NULL},

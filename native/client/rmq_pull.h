@@ -52,6 +52,9 @@ typedef struct {
     int32_t tmpl_ext_len;
     int64_t end;
     int32_t max_nums, step, depth, full_streak;
+    int32_t window;             /* requests allowed in flight now: depth, or less after a
+                                 * busy answer (doubling back per answer consumed) */
+    int64_t reached;            /* the offset the last run() stopped at */
     int64_t broker_id;
     int filtered;               /* tag filter: one pull at a time, counts are not steps */
     flight_t flights[MAX_DEPTH];

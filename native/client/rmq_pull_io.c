@@ -215,8 +215,9 @@ static int want(Puller *self, int64_t offset, int32_t nums) {
     return 0;
 }
 
-/* Requests for the current offset (if none is in flight) and, once half the pipeline has
- * drained, for the offsets after the last one requested. */
+/* Requests for the current offset (if none is in flight) and, once half the window has
+ * drained, for the offsets after the last one requested (the window is the depth, except
+ * after a busy answer, see rmq_pull.c's consume_frame). */
 int pull_plan(Puller *self, int64_t offset) {
     int64_t covered = offset, next_start = INT64_MAX;
     int here = 0;
@@ -236,8 +237,8 @@ int pull_plan(Puller *self, int64_t offset) {
         if (offset + nums > covered) covered = offset + nums;
     }
     if (self->filtered) return 0;
-    if (self->nflights > self->depth / 2) return 0;
-    while (self->nflights < self->depth && covered < self->end) {
+    if (self->nflights > self->window / 2) return 0;
+    while (self->nflights < self->window && covered < self->end) {
         int64_t nums = self->end - covered;
         if (nums > self->step) nums = self->step;
         if (want(self, covered, (int32_t)nums) < 0) return -1;

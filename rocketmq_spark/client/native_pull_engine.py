@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from . import native_pull
 from .native_pull_driver import PULL_RESPONSE, run_puller
-from .pull import PullResult, pull_result
+from .pull import PullResult, PullStatus, pull_result
 from .pull_engine import PullEngine
 
 if TYPE_CHECKING:  # the reader imports the engines; they only name its type
@@ -35,10 +35,22 @@ class NativePullEngine(PullEngine):
     name = "native"
 
     def __init__(self, reader: "QueueRangeReader"):
-        super().__init__(reader)
         self.puller = None
         self.conn = None
+        super().__init__(reader)
         self.native_pulls = 0  # FOUND answers consumed by earlier loops of this reader
+        self.reached = reader.start  # the output covers the range up to here
+
+    @property
+    def window(self) -> int:
+        """The loop's window (see :meth:`PullEngine.narrow`); kept here between loops."""
+        return self.puller.window if self.puller is not None else self._window
+
+    @window.setter
+    def window(self, value: int) -> None:
+        self._window = value
+        if self.puller is not None:
+            self.puller.window = value
 
     def _loop(self):
         """The loop for the reader's current broker, made anew when the connection changed."""
@@ -52,6 +64,7 @@ class NativePullEngine(PullEngine):
                 bool(reader.tags), reader.broker_id, reader.brokers.remoting.config.version)
             if puller is None:
                 raise RuntimeError(f"connection to {address} cannot run the native pull loop")
+            puller.window = self._window
             self.puller, self.conn = puller, conn
         return self.puller
 
@@ -59,19 +72,31 @@ class NativePullEngine(PullEngine):
         s = self.settings
         if offset >= self.reader.end or self.full():
             return offset, None
+        self.reached = offset
         puller = self._loop()
-        reason, offset, response = run_puller(
-            self.conn, puller, offset, s.pull_timeout,
-            max(0, s.batch_max_messages - self.messages), max(0, s.batch_max_bytes - self.nbytes))
+        room = (max(0, s.batch_max_messages - self.messages),
+                max(0, s.batch_max_bytes - self.nbytes))
+        try:
+            reason, offset, response = run_puller(self.conn, puller, offset, s.pull_timeout,
+                                                  *room)
+        finally:  # the loop may have consumed answers before what it raises for
+            self.reached = max(self.reached, puller.reached)
         if reason != PULL_RESPONSE:
             return offset, None
-        return offset, pull_result(response, "PULL_MESSAGE", self.conn.address)
+        result = pull_result(response, "PULL_MESSAGE", self.conn.address)
+        if result.status is PullStatus.FOUND:
+            self.widen()
+        return offset, result
+
+    def resume_offset(self, offset: int) -> int:
+        return max(offset, self.reached)
 
     def _retire(self) -> None:
         """Move the old loop's output to Python and forget its requests."""
         puller, self.puller, self.conn = self.puller, None, None
         if puller is None:
             return
+        self._window = puller.window
         puller.abandon()
         self.native_pulls += puller.pulls
         self._take_output(puller)

@@ -47,6 +47,7 @@ class PullEngine(ABC):
         self.settings = reader.settings
         self.answers = 0  # answers the reader acted on
         self.depth = 1 if reader.tags else max(1, self.settings.pipeline_depth)
+        self.window = self.depth  # requests allowed in flight now (less after a busy answer)
         self.bodies: List = []
         self.firsts: List[int] = []
         self.nbytes = 0
@@ -59,6 +60,21 @@ class PullEngine(ABC):
     @abstractmethod
     def abandon(self) -> None:
         """Forget the pulls in flight (their answers are dropped on arrival)."""
+
+    def resume_offset(self, offset: int) -> int:
+        """Where to pull next after :meth:`advance` from ``offset`` raised: past whatever
+        the engine already put in the batch, so nothing is read twice."""
+        return offset
+
+    def narrow(self) -> None:
+        """A busy answer: one pull in flight from now on, doubling back to ``depth`` with
+        each answer, so a broker in flow control gets one request per backoff, not a burst."""
+        self.window = 1
+
+    def widen(self) -> None:
+        """An answer arrived: the window doubles back towards ``depth``."""
+        if self.window < self.depth:
+            self.window = min(self.depth, self.window * 2)
 
     def acted_on_answer(self) -> None:
         self.answers += 1

@@ -44,8 +44,8 @@ class PythonPullEngine(PullEngine):
             nums = self.settings.max_msg_nums if filtered else min(self.step, limit - offset)
             wanted.append((offset, nums))
             covered = max(covered, offset + nums)
-        if not filtered and len(self.inflight) + len(wanted) <= self.depth // 2:
-            while len(self.inflight) + len(wanted) < self.depth and covered < end:
+        if not filtered and len(self.inflight) + len(wanted) <= self.window // 2:
+            while len(self.inflight) + len(wanted) < self.window and covered < end:
                 nums = min(self.step, end - covered)
                 wanted.append((covered, nums))
                 covered += nums
@@ -66,8 +66,10 @@ class PythonPullEngine(PullEngine):
                 self.inflight[o] = (n, address, pending)
         nums, address, pending = self.inflight.pop(offset)
         result = reader.brokers.pull_wait(address, pending, self.settings.pull_timeout)
-        if result.status is PullStatus.FOUND and not reader.tags:
-            self._learn(result.next_begin_offset - offset, nums, result.next_begin_offset)
+        if result.status is PullStatus.FOUND:
+            self.widen()
+            if not reader.tags:
+                self._learn(result.next_begin_offset - offset, nums, result.next_begin_offset)
         return offset, result
 
     def _learn(self, got: int, nums: int, nxt: int) -> None:

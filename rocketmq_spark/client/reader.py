@@ -13,7 +13,12 @@ Every pull status is handled here and nowhere else:
 
 Data loss raises :class:`DataLossError` unless the caller allowed it; then the skipped ranges are
 logged and counted in :attr:`QueueRangeReader.lost_ranges`. Transient faults (connection loss,
-timeouts, busy brokers) are retried with exponential backoff until ``retry_deadline`` passes.
+timeouts, a broker shutting down) are retried with exponential backoff until ``retry_deadline``
+passes. A busy answer (flow control) is back-pressure, not a fault: the broker's pulls back off
+(:mod:`.busy_brokers`, shared by the readers of the process, exponential with jitter), the
+pipeline restarts with one pull in flight, and the reader gives up only when the broker has
+answered nothing but busy for ``busy_timeout``. Either way the pull is retried at the offset
+the batch has reached: nothing is skipped or read twice.
 
 Pulls are pipelined: without a filter, up to ``pipeline_depth`` requests for the offsets ahead
 are in flight. Each asks for the broker's cap per pull, learned from its answers (a default
@@ -36,13 +41,14 @@ import pyarrow.compute as pc
 
 from . import native_pull
 from .broker import BrokerClient
+from .busy_brokers import BUSY_BROKERS, BrokerBusyError, BusyBrokers
 from .errors import DataLossError, MessageDecodeError, RocketMQError, RouteNotFound
 from .protocol.pull_decode import decode_columns
 from .protocol.message import MIN_RECORD_SIZE
 from .protocol.properties import split_tags_expression
 from .protocol.route import MessageQueue
 from .native_pull_engine import NativePullEngine
-from .pull import PullRequest, PullResult, PullStatus, is_transient
+from .pull import PullRequest, PullResult, PullStatus, is_busy, is_transient
 from .pull_engine import PullEngine
 from .python_pull_engine import PythonPullEngine
 
@@ -69,15 +75,22 @@ class ReadSettings:
     retry_deadline: float = 60.0
     retry_backoff: float = 0.1
     retry_backoff_max: float = 2.0
+    busy_timeout: float = 60.0       # seconds of nothing but busy answers before giving up
+    busy_backoff_max: float = 5.0    # the longest wait after a busy answer
     native: bool = True       # use the native pull loop where it can run
+
+# The source option that sets ``busy_timeout`` (named in the error when it runs out).
+BUSY_TIMEOUT_OPTION = "brokerBusyTimeoutMs"
 
 
 class QueueRangeReader:
     """Iterate Arrow batches (schema :data:`~.protocol.pull_decode.SCHEMA`) of ``[start, end)``."""
 
     def __init__(self, brokers: BrokerClient, resolve: AddressResolver, queue: MessageQueue,
-                 start: int, end: int, settings: ReadSettings):
+                 start: int, end: int, settings: ReadSettings,
+                 busy_brokers: BusyBrokers = BUSY_BROKERS):
         self.brokers = brokers
+        self.busy_brokers = busy_brokers
         self.resolve = resolve
         self.queue = queue
         self.start = start
@@ -87,7 +100,9 @@ class QueueRangeReader:
         self.lost_ranges: List[Tuple[int, int]] = []
         self.filtered_out = 0
         self.pulls = 0
-        self.retries = 0
+        self.retries = 0      # retries after a fault (not after a busy answer)
+        self.busy_answers = 0  # busy answers acted on
+        self._busy_at: Optional[str] = None  # the broker whose busy answer this reader saw
         self.path = ""  # "native" or "python": which pull loop ran
         self._broker_id = 0
         self._address: Optional[str] = None
@@ -140,26 +155,23 @@ class QueueRangeReader:
         try:
             while offset < self.end:
                 try:
+                    if self.busy_brokers.active:  # some broker is in flow control
+                        self._hold()
                     offset, result = pulls.advance(offset)
                 except RocketMQError as exc:
+                    offset = pulls.resume_offset(offset)
+                    if is_busy(exc):
+                        self._busy(exc, pulls)
+                        continue
                     # The driver saw this queue when it planned the range: a route that lost
                     # it means its broker is down for now, which is worth waiting for.
                     if not (is_transient(exc) or isinstance(exc, RouteNotFound)):
                         raise
-                    pulls.abandon()
-                    self._failures_since = self._failures_since or time.monotonic()
-                    if time.monotonic() - self._failures_since > s.retry_deadline:
-                        raise
-                    self.retries += 1
-                    log.info("pull of %s at %d failed (%s); retrying in %.2fs",
-                             self.queue.key, offset, exc, self._backoff)
-                    self._pause()
-                    self._address = None
-                    try:
-                        self._address = self.resolve(self.queue, 0, True)
-                    except RocketMQError as resolve_error:
-                        log.info("cannot resolve %s yet: %s", self.queue.key, resolve_error)
+                    self._retry(exc, offset, pulls)
                     continue
+                if self._busy_at is not None:  # the broker answered: its episode is over
+                    self.busy_brokers.end_episode(self._busy_at)
+                    self._busy_at = None
                 self._failures_since, self._backoff = None, s.retry_backoff
                 if result is not None:
                     offset = self._apply(result, offset, pulls)
@@ -167,9 +179,54 @@ class QueueRangeReader:
                     batch = pulls.decode()
                     if batch.num_rows:
                         yield batch
+            if pulls.buffered():  # a retry resumed at the end, past what the loop took
+                batch = pulls.decode()
+                if batch.num_rows:
+                    yield batch
         finally:
             pulls.close()
             self.pulls = pulls.count()
+
+    def _retry(self, exc: RocketMQError, offset: int, pulls: PullEngine) -> None:
+        """A transient fault: pause (until ``retry_deadline``), then resolve the broker again."""
+        s = self.settings
+        pulls.abandon()
+        self._failures_since = self._failures_since or time.monotonic()
+        if time.monotonic() - self._failures_since > s.retry_deadline:
+            raise exc
+        self.retries += 1
+        log.info("pull of %s at %d failed (%s); retrying in %.2fs",
+                 self.queue.key, offset, exc, self._backoff)
+        self._pause()
+        self._address = None
+        try:
+            self._address = self.resolve(self.queue, 0, True)
+        except RocketMQError as resolve_error:
+            log.info("cannot resolve %s yet: %s", self.queue.key, resolve_error)
+
+    def _busy(self, exc: RocketMQError, pulls: PullEngine) -> None:
+        """A busy answer: the broker backs off (the wait happens in :meth:`_hold`), the
+        pipeline restarts narrow; past the budget, :class:`BrokerBusyError`."""
+        s = self.settings
+        pulls.abandon()
+        pulls.narrow()
+        address = getattr(exc, "address", "") or self.broker_address()
+        self.busy_answers += 1
+        self._busy_at = address
+        self.busy_brokers.busy(address, getattr(exc, "remark", ""), s.retry_backoff,
+                               s.busy_backoff_max)
+        seconds, answers, remark = self.busy_brokers.episode(address)
+        if seconds > s.busy_timeout:
+            self.busy_brokers.end_episode(address)  # a retried task gets a budget of its own
+            self._busy_at = None
+            raise BrokerBusyError(self.queue.broker_name, address, seconds, answers, remark,
+                                  BUSY_TIMEOUT_OPTION, round(s.busy_timeout * 1000)) from None
+
+    def _hold(self) -> None:
+        """Wait while this reader's broker is backed off (other brokers' readers go on)."""
+        wait = self.busy_brokers.wait(self.broker_address())
+        if wait > 0:
+            time.sleep(wait)
 
     def _native_wanted(self) -> bool:
         if not self.settings.native:

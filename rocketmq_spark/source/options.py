@@ -62,6 +62,7 @@ class SourceOptions:
     min_partitions: Optional[int] = None
     pull_batch_size: int = 32
     pull_timeout_ms: int = 10_000
+    broker_busy_timeout_ms: int = 60_000
     filter: str = "*"
     include_properties: bool = False
     credentials: Optional[Credentials] = field(default=None, repr=False)
@@ -268,6 +269,8 @@ SOURCE_OPTIONS = OptionTable("the rocketmq source", CONNECTION + (
            "messages asked for per pull"),
     Option("pullTimeoutMs", "pull_timeout_ms", integer(1, 3_600_000), 10_000,
            "per-request timeout"),
+    Option("brokerBusyTimeoutMs", "broker_busy_timeout_ms", integer(0, 3_600_000), 60_000,
+           "how long pulls ride out a broker's flow control (busy answers) before failing"),
     Option("filter", "filter", _tag_expression, "*", "a TAG expression"),
     Option("includeProperties", "include_properties", boolean, False,
            "add a properties map column"),

@@ -21,7 +21,8 @@ def read_settings(options: SourceOptions) -> ReadSettings:
         consumer_group=options.consumer_group, subscription=options.filter,
         max_msg_nums=options.pull_batch_size, pull_timeout=options.pull_timeout_ms / 1000.0,
         fail_on_data_loss=options.fail_on_data_loss, verify_crc=options.verify_crc,
-        properties=options.include_properties, offset_ids=False)
+        properties=options.include_properties, offset_ids=False,
+        busy_timeout=options.broker_busy_timeout_ms / 1000.0)
 
 
 def read_partition(options: SourceOptions, partition: RocketMQPartition
