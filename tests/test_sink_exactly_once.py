@@ -157,7 +157,7 @@ def test_a_refused_half_rolls_back_the_rest_of_its_run_at_once(embedded_cluster_
     cluster = embedded_cluster_factory(brokers=2)  # no check-back during the test
     topic = unique_name("EoRefused")
     cluster.create_topic(topic, 4)
-    cluster.fail_next(1, ResponseCode.SYSTEM_BUSY, "[TIMEOUT_CLEAN_QUEUE]broker busy",
+    cluster.fail_next(1, ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR",  # a fault, not busy
                       request_codes=[RequestCode.SEND_MESSAGE_V2])
     summary = send_halves(cluster, topic, range(300), group="eo-refused")
     assert summary.retries == 1 and len(summary.handles) == 300

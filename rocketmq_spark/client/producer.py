@@ -19,7 +19,8 @@ from .broker import BrokerClient, SendResponse, send_command
 from .config import ClientConfig
 from .errors import BrokerUnavailable, RocketMQError, RouteNotFound
 from .nameserver import NameServerClient
-from .send_pipeline import SEND_OK, Outgoing, SendPipeline
+from .backpressure import DEFAULT_BUSY_TIMEOUT, BusyClock, BusyLog, SendWindow, is_busy
+from .send_pipeline import SEND_OK, BrokerStayedBusy, Outgoing, SendPipeline
 from .protocol import properties
 from .protocol.message import (
     COMPRESSION_ZLIB, BatchEntry, compress_body, encode_batch, new_uniq_key,
@@ -142,7 +143,9 @@ class Producer:
     ``send_timeout`` bounds a send with its retries (``retries`` more attempts after the
     first); ``accept`` lists the send statuses that count as acknowledged besides SEND_OK
     (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE): another status is retried
-    by :meth:`send_many`.
+    by :meth:`send_many`. A busy broker's answers are no attempts: sends wait and repeat them
+    (see :mod:`.backpressure`) until a broker has answered nothing but busy for
+    ``busy_timeout`` seconds; ``busy_log`` counts them for every pipeline of this producer.
     """
 
     def __init__(self, name_server: Union[str, Sequence[str]],
@@ -150,7 +153,7 @@ class Producer:
                  compress_over: int = 4096, compression: int = COMPRESSION_ZLIB,
                  default_topic_queue_nums: int = 4, send_timeout: float = 5.0, retries: int = 2,
                  max_message_size: int = MAX_MESSAGE_SIZE, max_in_flight_per_broker: int = 4,
-                 accept: Iterable[str] = (SEND_OK,)):
+                 accept: Iterable[str] = (SEND_OK,), busy_timeout: float = DEFAULT_BUSY_TIMEOUT):
         self.config = config or ClientConfig()
         self.remoting = RemotingClient(self.config)
         self.names = NameServerClient(name_server, self.remoting)
@@ -164,6 +167,8 @@ class Producer:
         self.max_message_size = max_message_size
         self.max_in_flight_per_broker = max_in_flight_per_broker
         self.accept = frozenset(accept) | {SEND_OK}
+        self.busy_timeout = busy_timeout
+        self.busy_log = BusyLog()  # busy answers to every pipeline of this producer
         self._rr = itertools.count(random.randrange(1 << 16))  # as Java: a random first queue
         self._lock = threading.Lock()
         # Topics the name servers did not know: (when, route derived from TBW102).
@@ -331,7 +336,7 @@ class Producer:
         """A :class:`SendPipeline` over this producer with its limits and accepted statuses."""
         settings = dict(max_in_flight_per_broker=self.max_in_flight_per_broker,
                         send_timeout=self.send_timeout, retries=self.retries,
-                        accept=self.accept)
+                        accept=self.accept, busy_timeout=self.busy_timeout)
         settings.update(overrides)
         return SendPipeline(self, **settings)
 
@@ -365,22 +370,44 @@ class Producer:
 
     def _send_with_retry(self, topic: str, queue: Optional[MessageQueue],
                          request: EncodedRequest) -> SendResult:
+        """One request until stored: transient failures retried (``retries``, within
+        ``send_timeout``, on another broker unless ``queue`` is given); busy answers waited
+        out with a backoff, not counted as attempts, for up to ``busy_timeout``."""
         tried: set = set()
         deadline = time.monotonic() + self.send_timeout
-        for attempt in range(self.retries + 1):
+        attempt = 0
+        backoff, clock = SendWindow(1), BusyClock()
+        busy_broker = None
+        while True:
             route = self._route(topic, refresh=attempt > 0)
-            target = queue or self._pick(topic, route, tried)
+            avoid = tried | {busy_broker} if busy_broker else tried
+            target = queue or self._pick(topic, route, avoid)
+            sent_at = time.monotonic()
             try:
                 handle = self.start(Outgoing(topic, request, 1), target)
-                return self.finish(handle, max(deadline - time.monotonic(), 0.05))[0]
+                return self.finish(handle, max(deadline - sent_at, 0.05))[0]
             except RocketMQError as exc:
+                now = time.monotonic()
+                if is_busy(exc):
+                    self.busy_log.note(target.broker_name, exc, now)
+                    clock.busy(exc, now)
+                    if clock.busy_for(now) >= self.busy_timeout:
+                        raise BrokerStayedBusy(Outgoing(topic, request, 1), target.broker_name,
+                                               clock, clock.busy_for(now), self.busy_timeout,
+                                               "busy_timeout", exc) from exc
+                    backoff.on_busy(backoff.epoch, now)
+                    pause = backoff.wait(now)
+                    deadline += now - sent_at + pause  # busy waiting does not use it up
+                    busy_broker = target.broker_name
+                    time.sleep(pause)
+                    continue
                 if (not is_transient(exc) or attempt == self.retries
                         or time.monotonic() >= deadline):
                     raise
+                attempt += 1
                 tried.add(target.broker_name)
                 log.info("send to %s failed (%s); retrying", target, exc)
-                time.sleep(0.05 * (attempt + 1))
-        raise AssertionError("unreachable")
+                time.sleep(0.05 * attempt)
 
     def send_many(self, messages: Iterable[Message], batch_size: int = 256,
                   in_flight: int = 8, max_batch_bytes: int = MAX_BATCH_BYTES

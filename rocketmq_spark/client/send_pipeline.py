@@ -1,12 +1,19 @@
-"""Pipelined sends: several requests in flight per broker, retries within a deadline.
+"""Pipelined sends: several requests in flight per broker, retries within a deadline, and
+back-pressure from busy brokers.
 
 A :class:`SendPipeline` takes ready-made requests (:class:`Outgoing`: a batch of one topic,
-already encoded for its transport) and keeps up to ``max_in_flight_per_broker`` of them
-waiting for an answer on each broker. Requests without a fixed queue go to the topic's queues
-round robin, as Java's producer chooses them; a failed one is retried on a queue of another
-broker. A request with a fixed queue (messages with a sharding key) has at most one request in
-flight on that queue and is retried on the same queue, so the queue stores its messages in
-submission order even when a send has to be repeated.
+already encoded for its transport) and keeps several of them waiting for an answer on each
+broker. Requests without a fixed queue go to the topic's queues round robin, as Java's
+producer chooses them; a failed one is retried on a queue of another broker. A request with a
+fixed queue (messages with a sharding key) has at most one request in flight on that queue
+and is retried on the same queue, so the queue stores its messages in submission order even
+when a send has to be repeated.
+
+A busy answer (:func:`~.backpressure.is_busy`) is not a failed attempt: the broker's window of
+requests in flight is halved, nothing new goes to it for a backoff, and the refused request
+(or, when a run of single sends was refused in part, exactly its refused messages) is sent
+again, its send deadline untouched by the wait. Only a broker that answers nothing but busy
+for ``busy_timeout`` seconds fails the send (:class:`BrokerStayedBusy`).
 
 The pipeline knows no wire format: a :class:`Sender` (the remoting :class:`~.producer.Producer`
 or a gRPC producer) starts and finishes the requests.
@@ -23,6 +30,9 @@ from typing import (
     Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Optional, Protocol, Sequence,
 )
 
+from .backpressure import (
+    DEFAULT_BUSY_TIMEOUT, BusyClock, BusyLog, PartlyRefused, SendWindow, is_busy,
+)
 from .errors import RocketMQError
 from .protocol.route import MessageQueue
 from .pull import is_transient
@@ -52,7 +62,9 @@ class Outgoing:
 
 
 class Sender(Protocol):
-    """What a pipeline needs from a transport."""
+    """What a pipeline needs from a transport. A sender whose requests may be refused in part
+    (:class:`~.backpressure.PartlyRefused` from :meth:`finish`) also has
+    ``narrow(payload, positions)``: the payload of just those messages, in that order."""
 
     def queues(self, topic: str, refresh: bool = False) -> Sequence[MessageQueue]:
         """The topic's writable queues."""
@@ -66,17 +78,39 @@ class Sender(Protocol):
 
 
 class SendFailed(RocketMQError):
-    """A request could not be acknowledged within its retries and deadline."""
+    """A request could not be acknowledged within its retries and deadline. ``stored``: the
+    results of its messages that were stored before it failed (a request refused in part)."""
 
     def __init__(self, item: Outgoing, attempts: int, elapsed: float, cause: BaseException,
                  brokers: Sequence[str]):
         self.item, self.attempts, self.cause = item, attempts, cause
-        rows = (f"the first at row {item.first_row}" if item.count > 1
-                else f"row {item.first_row}")
+        self.stored: List[Any] = []
         super().__init__(
-            f"sending {item.count} message(s) ({rows}) to topic {item.topic!r} failed after "
-            f"{attempts} attempt(s) in {elapsed * 1000:.0f} ms (brokers tried: "
+            f"sending {item.count} message(s) ({_rows(item)}) to topic {item.topic!r} failed "
+            f"after {attempts} attempt(s) in {elapsed * 1000:.0f} ms (brokers tried: "
             f"{', '.join(brokers)}): {cause}")
+
+
+class BrokerStayedBusy(SendFailed):
+    """A broker answered busy to every request for longer than the busy budget."""
+
+    def __init__(self, item: Outgoing, broker: str, clock: BusyClock, busy_for: float,
+                 budget: float, budget_name: str, cause: BaseException):
+        self.item, self.attempts, self.cause = item, 0, cause
+        self.stored = []
+        self.broker, self.busy_for, self.answers = broker, busy_for, clock.answers
+        where = f" ({clock.address})" if clock.address else ""
+        RocketMQError.__init__(
+            self, f"sending {item.count} message(s) ({_rows(item)}) to topic {item.topic!r} "
+                  f"failed: broker {broker}{where} answered busy for {busy_for:.1f} s without "
+                  f"storing anything ({clock.answers} busy answer(s) to this writer; the "
+                  f"last: {clock.remark}). Raise {budget_name} (now {budget * 1000:.0f} ms) "
+                  "to wait longer for it, or send to it more slowly")
+
+
+def _rows(item: Outgoing) -> str:
+    return (f"the first at row {item.first_row}" if item.count > 1
+            else f"row {item.first_row}")
 
 
 class NotAccepted(RocketMQError):
@@ -90,31 +124,66 @@ class NotAccepted(RocketMQError):
 
 
 def retryable(error: BaseException) -> bool:
-    """Whether a send may succeed when repeated: broker gone, timeout, busy, or a status the
-    caller does not accept. Auth errors, unknown topics and illegal messages are not."""
+    """Whether a send may succeed when repeated: broker gone, timeout, a passing fault, or a
+    status the caller does not accept. Auth errors, unknown topics and illegal messages are
+    not. (Busy answers are not retries at all: see :mod:`.backpressure`.)"""
     return isinstance(error, NotAccepted) or is_transient(error)
 
 
 @dataclass
 class PipelineStats:
-    """What a pipeline sent: acknowledged messages and requests, retries, per broker."""
+    """What a pipeline sent: acknowledged messages and requests, retries (real failures) and
+    busy answers (back-pressure, one per refused request), per broker."""
 
     messages: int = 0
     requests: int = 0
     bytes: int = 0
     retries: int = 0
     by_broker: Dict[str, int] = field(default_factory=dict)
+    busy: int = 0
+    busy_by_broker: Dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
 class _Pending:
+    """A submitted request until every message of it is stored: what is left to send
+    (``payload``, ``count``; ``where``: those messages' places in ``item``), the results
+    stored so far (``slots``, when answered in parts), its attempts and deadline."""
+
     item: Outgoing
-    queue: MessageQueue
-    handle: Any
-    attempts: int
-    started: float
-    deadline: float
-    brokers: List[str]
+    payload: Any
+    count: int
+    queue: Optional[MessageQueue] = None
+    handle: Any = None
+    attempts: int = 1
+    started: Optional[float] = None
+    deadline: Optional[float] = None
+    refund: Optional[float] = None  # deadline left when a busy answer came; restored on resend
+    sent_at: float = 0.0
+    epoch: int = 0
+    not_before: float = 0.0
+    avoid: Sequence[str] = ()
+    refresh: bool = False
+    brokers: List[str] = field(default_factory=list)
+    where: Optional[List[int]] = None
+    slots: Optional[List[Any]] = None
+
+    def outgoing(self) -> Outgoing:
+        if self.where is None:
+            return self.item
+        item = self.item
+        return Outgoing(item.topic, self.payload, self.count,
+                        item.size * self.count // max(item.count, 1), item.queue, item.first_row)
+
+    def stored(self) -> List[Any]:
+        return [] if self.slots is None else [s for s in self.slots if s is not None]
+
+
+@dataclass
+class _Broker:
+    fifo: Deque[_Pending]
+    window: SendWindow
+    clock: BusyClock = field(default_factory=BusyClock)
 
 
 class SendPipeline:
@@ -123,15 +192,24 @@ class SendPipeline:
     ``accept``: the statuses that count as acknowledged (SEND_OK, plus any of
     FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE); another status is retried
     like a transient failure. ``on_result(item, queue, results)`` sees every acknowledged
-    request. A request that cannot be acknowledged raises :class:`SendFailed` from
-    :meth:`submit` or :meth:`flush`; requests already acknowledged stay sent.
+    request once, with its results in order (also when it was answered in parts). A request
+    that cannot be acknowledged raises :class:`SendFailed` from :meth:`submit` or
+    :meth:`flush`; requests already acknowledged stay sent, and :meth:`unreported` gives the
+    results stored of requests not reported to ``on_result``.
+
+    ``max_in_flight_per_broker`` is each broker's largest window; a busy broker's is smaller
+    for a while. ``busy_timeout``: how long a broker may answer nothing but busy before the
+    send fails; ``busy_timeout_name`` names it in that error (the caller's option).
+    ``busy_log``: where busy answers are counted and logged (default: the sender's, so one
+    producer logs once a minute whatever the number of pipelines).
     """
 
     def __init__(self, sender: Sender, *, max_in_flight_per_broker: int = 4,
                  send_timeout: float = 5.0, retries: int = 2,
                  accept: Iterable[str] = (SEND_OK,),
                  on_result: Optional[Callable[[Outgoing, MessageQueue, Sequence[Any]], None]]
-                 = None):
+                 = None, busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+                 busy_timeout_name: str = "busy_timeout", busy_log: Optional[BusyLog] = None):
         if max_in_flight_per_broker < 1:
             raise ValueError("max_in_flight_per_broker must be at least 1")
         self.sender = sender
@@ -140,104 +218,228 @@ class SendPipeline:
         self.retries = retries
         self.accept: FrozenSet[str] = frozenset(accept)
         self.on_result = on_result
+        self.busy_timeout = busy_timeout
+        self.busy_timeout_name = busy_timeout_name
+        self.busy_log = busy_log or getattr(sender, "busy_log", None) or BusyLog()
         self.stats = PipelineStats()
         self._rr = itertools.count(random.randrange(1 << 16))
-        self._in_flight: Dict[str, Deque[_Pending]] = {}
+        self._brokers: Dict[str, _Broker] = {}
         self._fixed: Dict[MessageQueue, _Pending] = {}  # fixed queue -> its one request
+        self._waiting: Deque[_Pending] = deque()  # to send again (busy, or a retry)
+        self._open: Dict[int, _Pending] = {}  # every request not yet reported, by id()
 
     # ------------------------------------------------------------------ public
 
     def submit(self, item: Outgoing) -> None:
-        """Send ``item``; blocks while its broker (or its fixed queue) is at its limit."""
+        """Send ``item``; blocks while its broker (or its fixed queue) is at its limit or
+        backing off."""
+        self._send_waiting()
+        entry = _Pending(item, item.payload, item.count)
+        self._open[id(entry)] = entry
         if item.queue is not None:
             while item.queue in self._fixed:
-                self._finish_oldest(self._fixed[item.queue].queue.broker_name)
-            queue = item.queue
-        else:
-            queue = self._pick(item.topic, ())
-        self._start(item, queue, 1, None, None, [])
+                self._advance(self._fixed[item.queue])
+            self._fixed[item.queue] = entry
+        self._send(entry)
 
     def flush(self) -> PipelineStats:
         """Wait until every submitted request is acknowledged (or raise)."""
         while True:
-            busy = [b for b, fifo in self._in_flight.items() if fifo]
-            if not busy:
+            self._send_waiting()
+            busy = [b for b in self._brokers.values() if b.fifo]
+            if not busy and not self._waiting:
                 return self.stats
             for broker in busy:
-                self._finish_oldest(broker)
+                if broker.fifo:
+                    self._finish_oldest(broker)
 
     @property
     def in_flight(self) -> int:
-        return sum(len(f) for f in self._in_flight.values())
+        return sum(len(b.fifo) for b in self._brokers.values())
+
+    def window(self, broker: str) -> int:
+        """How many requests ``broker`` may have in flight now."""
+        state = self._brokers.get(broker)
+        return self.max_in_flight if state is None else state.window.size
+
+    def unreported(self) -> List[Any]:
+        """Results of messages stored for requests that were not reported to ``on_result``
+        (refused in part and still pending, or failed): what a caller that gives up must undo
+        (half messages to roll back)."""
+        return [r for e in self._open.values() for r in e.stored()]
 
     # ------------------------------------------------------------------ internals
+
+    def _broker(self, name: str) -> _Broker:
+        state = self._brokers.get(name)
+        if state is None:
+            state = self._brokers[name] = _Broker(deque(), SendWindow(self.max_in_flight))
+        return state
 
     def _pick(self, topic: str, avoid: Sequence[str], refresh: bool = False) -> MessageQueue:
         queues = list(self.sender.queues(topic, refresh))
         fresh = [q for q in queues if q.broker_name not in avoid] or queues
         return fresh[next(self._rr) % len(fresh)]
 
-    def _start(self, item: Outgoing, queue: MessageQueue, attempts: int,
-               started: Optional[float], deadline: Optional[float], brokers: List[str]) -> None:
-        broker = queue.broker_name
-        fifo = self._in_flight.setdefault(broker, deque())
-        while len(fifo) >= self.max_in_flight:
-            self._finish_oldest(broker)
-        if started is None:  # the deadline runs from the first send, not from the wait
-            started = time.monotonic()
-            deadline = started + self.send_timeout
-        brokers = brokers + [broker]
+    def _choose(self, entry: _Pending) -> MessageQueue:
+        """The entry's queue: its fixed one, or the next one round robin, away from the
+        broker that just failed it and from brokers backing off."""
+        if entry.item.queue is not None:
+            return entry.item.queue
+        if entry.started is None and entry.queue is not None:
+            return entry.queue  # chosen before it was queued
+        now = time.monotonic()
+        avoid = list(entry.avoid) + [n for n, b in self._brokers.items() if b.window.wait(now)]
+        if not entry.refresh:
+            return self._pick(entry.item.topic, avoid)
         try:
-            handle = self.sender.start(item, queue)
-        except RocketMQError as exc:
-            self._failed(_Pending(item, queue, None, attempts, started, deadline, brokers), exc)
-            return
-        pending = _Pending(item, queue, handle, attempts, started, deadline, brokers)
-        fifo.append(pending)
-        if item.queue is not None:
-            self._fixed[item.queue] = pending
+            return self._pick(entry.item.topic, avoid, refresh=True)
+        except RocketMQError as route_error:
+            raise self._send_failed(entry, route_error) from route_error
 
-    def _finish_oldest(self, broker: str) -> None:
-        pending = self._in_flight[broker].popleft()
-        item = pending.item
-        if item.queue is not None and self._fixed.get(item.queue) is pending:
-            del self._fixed[item.queue]
-        wait = max(pending.deadline - time.monotonic(), _MIN_WAIT)
+    def _advance(self, holder: _Pending) -> None:
+        """Make progress on the request holding a fixed queue."""
+        if holder.handle is None:
+            self._send_waiting()
+        else:
+            self._finish_oldest(self._broker(holder.queue.broker_name))
+
+    def _send_waiting(self) -> None:
+        while self._waiting:
+            self._send(self._waiting.popleft())
+
+    def _send(self, entry: _Pending) -> None:
+        """Start ``entry`` once its broker has room and is not backing off."""
+        queue = self._choose(entry)
+        broker = self._broker(queue.broker_name)
+        while True:
+            now = time.monotonic()
+            if len(broker.fifo) >= broker.window.size:
+                self._finish_oldest(broker)
+                continue
+            wait = max(broker.window.wait(now), entry.not_before - now)
+            if wait <= 0:
+                break
+            if broker.fifo:  # read answers while the backoff runs
+                self._finish_oldest(broker)
+            else:
+                time.sleep(wait)
+        now = time.monotonic()
+        if entry.started is None:  # the deadline runs from the first send, not from the wait
+            entry.started = now
+            entry.deadline = now + self.send_timeout
+        elif entry.refund is not None:  # busy waiting does not use up the deadline
+            entry.deadline = now + entry.refund
+            entry.refund = None
+        entry.queue, entry.sent_at, entry.epoch = queue, now, broker.window.epoch
+        entry.not_before, entry.avoid, entry.refresh = 0.0, (), False
+        entry.brokers.append(queue.broker_name)
         try:
-            results = self.sender.finish(pending.handle, wait)
+            entry.handle = self.sender.start(entry.outgoing(), queue)
+        except RocketMQError as exc:
+            self._failed(entry, exc)
+            return
+        broker.fifo.append(entry)
+
+    def _finish_oldest(self, broker: _Broker) -> None:
+        entry = broker.fifo.popleft()
+        wait = max(entry.deadline - time.monotonic(), _MIN_WAIT)
+        try:
+            results = self.sender.finish(entry.handle, wait)
             for r in results:
                 if r.status not in self.accept:
                     raise NotAccepted(r.status)
-        except RocketMQError as exc:
-            self._failed(pending, exc)
+        except PartlyRefused as part:
+            self._refused_in_part(entry, broker, part)
             return
-        stats = self.stats
-        stats.messages += item.count
-        stats.requests += 1
-        stats.bytes += item.size
-        stats.by_broker[broker] = stats.by_broker.get(broker, 0) + item.count
-        if self.on_result is not None:
-            self.on_result(item, pending.queue, results)
+        except RocketMQError as exc:
+            if is_busy(exc):  # one answer refused the whole request
+                self._busy(entry, broker, exc, 1)
+            else:
+                self._failed(entry, exc)
+            return
+        self._stored(entry, broker, results)
 
-    def _failed(self, pending: _Pending, exc: RocketMQError) -> None:
-        item = pending.item
+    def _stored(self, entry: _Pending, broker: _Broker, results: Sequence[Any]) -> None:
+        broker.window.on_success(entry.epoch)
+        broker.clock.progress()
+        if entry.slots is not None:
+            for place, result in zip(entry.where, results):
+                entry.slots[place] = result
+            results = entry.slots
+        self._count_stored(entry, entry.count)
+        stats = self.stats
+        stats.requests += 1
+        stats.bytes += entry.outgoing().size
+        item = entry.item
+        if item.queue is not None and self._fixed.get(item.queue) is entry:
+            del self._fixed[item.queue]
+        del self._open[id(entry)]
+        if self.on_result is not None:
+            self.on_result(item, entry.queue, results)
+
+    def _count_stored(self, entry: _Pending, count: int) -> None:
+        stats = self.stats
+        name = entry.queue.broker_name
+        stats.messages += count
+        stats.by_broker[name] = stats.by_broker.get(name, 0) + count
+
+    def _refused_in_part(self, entry: _Pending, broker: _Broker, part: PartlyRefused) -> None:
+        """Keep what was stored, send exactly the refused messages again."""
+        if part.stored:
+            broker.window.on_success(entry.epoch)
+            broker.clock.progress()
+            if entry.slots is None:
+                entry.slots = [None] * entry.item.count
+            where = entry.where if entry.where is not None else range(entry.count)
+            for position, result in part.stored:
+                entry.slots[where[position]] = result
+            self._count_stored(entry, len(part.stored))
+            entry.where = [where[p] for p in part.refused]
+            entry.payload = self.sender.narrow(entry.payload, part.refused)
+            entry.count = len(part.refused)
+        self._busy(entry, broker, part.cause, len(part.refused))
+
+    def _busy(self, entry: _Pending, broker: _Broker, error: BaseException,
+              answers: int) -> None:
+        """Back off from the broker and queue the refused request to be sent again."""
         now = time.monotonic()
-        if (not retryable(exc) or pending.attempts > self.retries
-                or now >= pending.deadline):
-            raise SendFailed(item, pending.attempts, now - pending.started, exc,
-                             pending.brokers) from exc
+        name = entry.queue.broker_name
+        broker.window.on_busy(entry.epoch, now)
+        clock = broker.clock
+        clock.busy(error, now, answers)
+        stats = self.stats
+        stats.busy += answers
+        stats.busy_by_broker[name] = stats.busy_by_broker.get(name, 0) + answers
+        self.busy_log.note(name, error, now, answers)
+        busy_for = clock.busy_for(now)
+        if busy_for >= self.busy_timeout:
+            failure = BrokerStayedBusy(entry.item, name, clock, busy_for, self.busy_timeout,
+                                       self.busy_timeout_name, error)
+            failure.stored = entry.stored()
+            raise failure from error
+        entry.refund = max(entry.deadline - entry.sent_at, _MIN_WAIT)
+        entry.handle = None
+        self._waiting.append(entry)
+
+    def _failed(self, entry: _Pending, exc: RocketMQError) -> None:
+        """A real failure: retry (on another broker unless the queue is fixed) or raise."""
+        now = time.monotonic()
+        entry.handle = None
+        if not retryable(exc) or entry.attempts > self.retries or now >= entry.deadline:
+            raise self._send_failed(entry, exc) from exc
         self.stats.retries += 1
         log.warning("send of %d message(s) to %s failed (%s); retrying (attempt %d of %d)",
-                    item.count, pending.queue, exc, pending.attempts + 1, self.retries + 1)
-        if item.queue is not None:
-            queue = item.queue
-            time.sleep(min(0.05 * pending.attempts, max(pending.deadline - now, 0)))
+                    entry.count, entry.queue, exc, entry.attempts + 1, self.retries + 1)
+        entry.attempts += 1
+        if entry.item.queue is not None:
+            entry.not_before = now + min(0.05 * (entry.attempts - 1), max(entry.deadline - now, 0))
         else:
-            try:
-                queue = self._pick(item.topic, [pending.queue.broker_name], refresh=True)
-            except RocketMQError as route_error:
-                raise SendFailed(item, pending.attempts, now - pending.started, route_error,
-                                 pending.brokers) from route_error
-        self._start(item, queue, pending.attempts + 1, pending.started, pending.deadline,
-                    pending.brokers)
+            entry.avoid, entry.refresh = [entry.queue.broker_name], True
+        self._waiting.append(entry)
 
+    def _send_failed(self, entry: _Pending, cause: BaseException) -> SendFailed:
+        failure = SendFailed(entry.item, entry.attempts, time.monotonic() - entry.started,
+                             cause, entry.brokers)
+        failure.stored = entry.stored()
+        return failure

@@ -92,54 +92,48 @@ class HalfHandle(NamedTuple):
         return cls(str(t[0]), str(t[1]), str(t[2]), int(t[3]), int(t[4]), str(t[5]))
 
 
-class HalfRun(NamedTuple):
-    """The answers to a run of half-message sends: the worst send status among them and the
-    handles of the ones the broker stored, in send order."""
+class HalfSent(NamedTuple):
+    """The answer to one half-message send the broker stored: its send status and what
+    END_TRANSACTION needs."""
 
     status: str
-    handles: List[HalfHandle]
+    handle: HalfHandle
+
+
+HalfOutcome = Tuple[Optional[HalfSent], Optional[RocketMQError]]
 
 
 def collect_half_answers(address: str, broker_name: str,
                          pending: Sequence[Tuple[Connection, ResponseFuture]],
-                         ids: Sequence[str], timeout: float, accept: Iterable[str] = ("SEND_OK",)
-                         ) -> Tuple[HalfRun, Optional[RocketMQError]]:
-    """The answers to a run of half-message sends (``ids``: their UNIQ_KEYs): the stored
-    ones' handles, a status that is SEND_OK unless one answer's status is not in ``accept``,
-    and the first error (a refusal, a timeout, a lost connection)."""
+                         ids: Sequence[str], timeout: float) -> List[HalfOutcome]:
+    """The answers to a run of half-message sends (``ids``: their UNIQ_KEYs), in send order:
+    ``(HalfSent, None)`` for a stored one, ``(None, error)`` for one refused (a busy answer
+    among them), timed out or lost with its connection.
+
+    Answers are matched by opaque, not by position: a busy broker's SYSTEM_BUSY answers
+    overtake the successes of earlier requests on the same connection."""
     deadline = time.monotonic() + timeout
-    if pending:  # answers come in order: once the last is in, the rest are
-        conn, last = pending[-1]
-        try:
-            conn.wait(last, timeout)
-        except RocketMQError:
-            pass
-    accept = frozenset(accept)
-    handles: List[HalfHandle] = []
-    status = "SEND_OK"
-    failure: Optional[RocketMQError] = None
+    outcomes: List[HalfOutcome] = []
     status_of = SEND_STATUS_OF_CODE.get
     for (conn, future), uniq in zip(pending, ids):
         try:
             r = future.response if future.done and future.error is None else conn.wait(
                 future, max(deadline - time.monotonic(), 0.0))
-            this = status_of(r.code)
-            if this is None:
+            status = status_of(r.code)
+            if status is None:
                 raise response_error(r, "SEND_MESSAGE", address)
-            if this not in accept:
-                status = this
             f = r.ext_fields
             msg_id = f["msgId"]
-            handles.append(HalfHandle(
+            outcomes.append((HalfSent(status, HalfHandle(
                 broker_name, address, uniq, int(f["queueOffset"]),
                 commit_log_offset_of(msg_id if len(msg_id) == 32 else msg_id.split(",")[0]),
-                f.get("transactionId") or uniq))
+                f.get("transactionId") or uniq)), None))
         except RocketMQError as exc:
-            failure = failure or exc
+            outcomes.append((None, exc))
         except (KeyError, ValueError, TypeError) as exc:
-            failure = failure or ProtocolError(
-                f"send response from {address} lacks a usable {exc} field", None, "header")
-    return HalfRun(status, handles), failure
+            outcomes.append((None, ProtocolError(
+                f"send response from {address} lacks a usable {exc} field", None, "header")))
+    return outcomes
 
 
 def end_transaction_command(group: str, handle: HalfHandle, outcome: Outcome,

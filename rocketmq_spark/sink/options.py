@@ -47,6 +47,7 @@ class SinkOptions:
     compress_over: int = 4096
     max_batch_bytes: int = DEFAULT_BATCH_BYTES
     max_in_flight_per_broker: int = 4
+    broker_busy_timeout_ms: int = 60_000
     accept_statuses: Tuple[str, ...] = (SEND_OK,)
     max_message_bytes: int = MAX_MESSAGE_SIZE
     delivery_guarantee: str = AT_LEAST_ONCE
@@ -107,6 +108,8 @@ SINK_OPTIONS = OptionTable("the rocketmq sink", CONNECTION + (
            "the most bytes of messages in one SEND_BATCH_MESSAGE request"),
     Option("maxInFlightPerBroker", "max_in_flight_per_broker", integer(1, 1024), 4,
            "requests waiting for an answer, per broker, per task"),
+    Option("brokerBusyTimeoutMs", "broker_busy_timeout_ms", integer(0, 86_400_000), 60_000,
+           "how long a broker may answer only busy before the write fails"),
     Option("acceptStatuses", "accept_statuses", _send_statuses, (SEND_OK,),
            "send statuses also counted as acknowledged"),
     Option("maxMessageBytes", "max_message_bytes", integer(1, MAX_BATCH_BYTES * 4),

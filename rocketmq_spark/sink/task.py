@@ -41,6 +41,9 @@ class TaskSummary:
     retries: int = 0
     seconds: float = 0.0
     by_broker: Dict[str, int] = field(default_factory=dict)
+    # busy answers (back-pressure, not failures): in all and per broker
+    busy: int = 0
+    busy_by_broker: Dict[str, int] = field(default_factory=dict)
     transport: str = ""
     first_id: Optional[str] = None
     # exactlyOnce: this attempt's write token and its half messages' handles (as tuples)
@@ -61,13 +64,15 @@ def write_task(batches: Iterable[pa.RecordBatch], plan: ColumnPlan, options: Sin
     handles: List = []
 
     def keep_handles(item, queue, results):
-        for run in results:
-            handles.extend(run.handles)
+        handles.extend(sent.handle for sent in results)
 
     pipeline = SendPipeline(transport, max_in_flight_per_broker=options.max_in_flight_per_broker,
                             send_timeout=options.send_timeout_ms / 1000.0,
                             retries=options.retries, accept=options.accept_statuses,
-                            on_result=keep_handles if half_properties is not None else None)
+                            on_result=keep_handles if half_properties is not None else None,
+                            busy_timeout=options.broker_busy_timeout_ms / 1000.0,
+                            busy_timeout_name="brokerBusyTimeoutMs",
+                            busy_log=transport.busy_log)
     queues: Dict[str, list] = {}
 
     def queues_of(topic: str):
@@ -91,7 +96,8 @@ def write_task(batches: Iterable[pa.RecordBatch], plan: ColumnPlan, options: Sin
         stats = pipeline.flush()
     except RocketMQError as exc:
         if half_properties is not None:
-            _roll_back(transport, group, handles)
+            _roll_back(transport, group, handles + [
+                sent.handle for sent in pipeline.unreported()])
             raise SinkWriteError(
                 f"the rocketmq sink's task ({identity.describe()}) failed: {exc}. Its half "
                 "messages are rolled back (exactlyOnce): nothing of this attempt is "
@@ -103,15 +109,17 @@ def write_task(batches: Iterable[pa.RecordBatch], plan: ColumnPlan, options: Sin
     finally:
         transport.close()
     summary = TaskSummary(identity.partition, row, stats.requests, stats.bytes, stats.retries,
-                          time.monotonic() - started, dict(stats.by_broker), transport.name,
+                          time.monotonic() - started, dict(stats.by_broker), stats.busy,
+                          dict(stats.busy_by_broker), transport.name,
                           message_id(identity, 0) if row else None)
     if half_properties is not None:
         summary.token = half_properties.get("SPARK_WRITE_TOKEN")
         summary.handles = [h.to_tuple() for h in handles]
     if stats.messages != row:  # every row is one message; anything else is a bug
         raise AssertionError(f"{row} rows but {stats.messages} messages acknowledged")
-    log.info("sink task %s: %d rows in %d requests (%d retries) in %.2f s",
-             identity.describe(), row, stats.requests, stats.retries, summary.seconds)
+    log.info("sink task %s: %d rows in %d requests (%d retries, %d busy answers) in %.2f s",
+             identity.describe(), row, stats.requests, stats.retries, stats.busy,
+             summary.seconds)
     return summary
 
 

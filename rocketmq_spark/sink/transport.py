@@ -32,8 +32,9 @@ from ..client.producer import (
 from ..client.protocol import message, properties
 from ..client.protocol.route import MessageQueue
 from ..client.errors import RocketMQError
+from ..client.backpressure import BusyLog, is_busy, refused_in_part
 from ..client.transaction import (
-    TRANSACTION_PREPARED_TYPE, HalfRun, Outcome, collect_half_answers, end_transactions,
+    TRANSACTION_PREPARED_TYPE, HalfSent, Outcome, collect_half_answers, end_transactions,
 )
 from ..client.protocol.send_encode import (
     ENTRY_HEAD_BYTES, byte_lengths, encode_entries, entries_body, join_pieces, property_piece,
@@ -91,6 +92,11 @@ class Transport(ABC):
     @abstractmethod
     def finish(self, handle: Any, timeout: float) -> Sequence[Any]:
         """Wait for the answer: results with a ``status`` each."""
+
+    @property
+    def busy_log(self) -> Optional[BusyLog]:
+        """Where the process's producer counts and logs busy answers (once a minute)."""
+        return getattr(getattr(self, "producer", None), "busy_log", None)
 
     def close(self) -> None:
         """Release what this task holds (pooled clients stay open for the next task)."""
@@ -196,26 +202,39 @@ class RemotingTransport(Transport):
             return self.producer.finish(handle, timeout)
         return self._finish_run(handle, timeout)
 
-    def _finish_run(self, handle: Any, timeout: float) -> List[HalfRun]:
-        """The answers of a run of half messages, as one result. When some are refused, the
-        stored ones are rolled back at once (the pipeline sends the whole run again), rather
-        than left to the brokers' check-back."""
+    def _finish_run(self, handle: Any, timeout: float) -> List[HalfSent]:
+        """The answers of a run of half messages, one :class:`HalfSent` per message.
+
+        Refused as busy in part: :class:`PartlyRefused`, the stored ones stay and the pipeline
+        sends the refused ones again (:meth:`narrow`). Any other failure, or a status not
+        accepted: the stored ones are rolled back at once (the pipeline sends the whole run
+        again), rather than left to the brokers' check-back."""
         address, pending, queue, ids = handle
         accepted = self.options.accept_statuses
-        run, failure = collect_half_answers(address, queue.broker_name, pending, ids, timeout,
-                                            accepted)
-        if failure is None and run.status in accepted:
-            return [run]
-        if run.handles:
+        outcomes = collect_half_answers(address, queue.broker_name, pending, ids, timeout)
+        if all(error is None and sent.status in accepted for sent, error in outcomes):
+            return [sent for sent, _ in outcomes]
+        partly = refused_in_part(outcomes)
+        if partly is not None and all(sent.status in accepted for _, sent in partly.stored):
+            raise partly
+        stored = [sent.handle for sent, _ in outcomes if sent is not None]
+        if stored:
             try:
-                end_transactions(self.producer.remoting, self.group, run.handles,
-                                 Outcome.ROLLBACK)
+                end_transactions(self.producer.remoting, self.group, stored, Outcome.ROLLBACK)
             except RocketMQError as exc:
                 log.warning("rolling back %d half messages of a refused run failed (%s); the "
-                            "brokers' check-backs will roll them back", len(run.handles), exc)
+                            "brokers' check-backs will roll them back", len(stored), exc)
+        failure = next((e for _, e in outcomes if e is not None and not is_busy(e)), None)
         if failure is not None:
             raise failure
-        return [run]
+        return [sent for sent, _ in outcomes if sent is not None]
+
+    @staticmethod
+    def narrow(run: EncodedRun, positions: Sequence[int]) -> EncodedRun:
+        """The run of just the messages at ``positions`` (those a busy broker refused)."""
+        taken = pa.array(positions, pa.int64())
+        return EncodedRun(run.bodies.take(taken), run.properties.take(taken),
+                          [run.ids[i] for i in positions], run.sys_flag, run.flag)
 
 
 def shared_producer(options: SinkOptions) -> Producer:
@@ -279,7 +298,14 @@ class GrpcTransport(Transport):
         return self.producer.send_async(item.payload, queue)
 
     def finish(self, handle: Any, timeout: float) -> Sequence[Any]:
+        """One SendResult per message; :class:`PartlyRefused` when the proxy answered some
+        calls TOO_MANY_REQUESTS and stored the others."""
         return handle.result(timeout)
+
+    @staticmethod
+    def narrow(messages: List[Message], positions: Sequence[int]) -> List[Message]:
+        """The messages at ``positions`` (those the proxy refused as busy), in order."""
+        return [messages[i] for i in positions]
 
 
 def shared_grpc_producer(options: SinkOptions, group: str) -> Any:

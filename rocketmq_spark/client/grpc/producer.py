@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import List, Optional, Sequence
 
 from ..acl import Credentials
+from ..backpressure import BusyLog
 from ..errors import ProxyError, RouteNotFound
 from ..producer import Message, SendResult
 from ..protocol.route import MessageQueue
@@ -48,6 +49,9 @@ class GrpcProducer:
     proxy's ACL). ``send_timeout`` is each call's deadline; at most ``max_in_flight`` calls
     are pending at once, the rest wait in order. ``multi_message_calls``: see the module
     docstring (off: one message per call, what Apache's proxy stores faithfully). Thread-safe.
+    A busy broker behind the proxy makes it answer TOO_MANY_REQUESTS: a future's result then
+    says which messages were refused (:class:`~..backpressure.PartlyRefused`) for a
+    :class:`~..send_pipeline.SendPipeline` to send again after a backoff.
 
     The calls run on an event loop in a thread of the producer's own (grpc.aio), so a call
     costs no thread hand-off of its own: callbacks added to a :class:`GrpcSendFuture` run on
@@ -83,6 +87,7 @@ class GrpcProducer:
                                   lambda request: self._channel.call("QueryRoute", request))
         self._dispatcher = Dispatcher(max_in_flight, self._invoke)
         self._budget = SendBudget(max_queued)
+        self.busy_log = BusyLog()  # TOO_MANY_REQUESTS answers, logged once a minute
 
     def __repr__(self) -> str:
         return (f"GrpcProducer(endpoints={self._address!r}, tls={self.tls}, "

@@ -1,11 +1,16 @@
 """The outcome of one :meth:`GrpcProducer.send_async`: a future over the SendMessage calls
-the send became, completed on the producer's I/O loop as each call is answered."""
+the send became, completed on the producer's I/O loop as each call is answered.
+
+When the proxy answers some calls TOO_MANY_REQUESTS (a busy broker behind it) and stores the
+others, the result says which (:class:`~..backpressure.PartlyRefused`), so only the refused
+messages are sent again."""
 from __future__ import annotations
 
 import logging
 import threading
 from typing import Callable, List, Optional
 
+from ..backpressure import is_busy, refused_in_part
 from ..errors import RequestTimeout, RocketMQError
 from ..producer import SendResult
 from .dispatch import Call
@@ -16,10 +21,12 @@ log = logging.getLogger(__name__)
 class GrpcSendFuture:
     """The outcome of one :meth:`GrpcProducer.send_async`: :meth:`result` gives one SendResult
     per message (in the order given) or raises the first failure, a
-    :class:`~rocketmq_spark.client.errors.RocketMQError`."""
+    :class:`~rocketmq_spark.client.errors.RocketMQError`; when every failure was a busy answer
+    and some messages were stored, :class:`~..backpressure.PartlyRefused` says which."""
 
     def __init__(self, count: int, address: str):
         self._results: List[Optional[SendResult]] = [None] * count
+        self._errors: List[Optional[BaseException]] = [None] * count
         self._error: Optional[BaseException] = None
         self._remaining = 0
         self._address = address
@@ -43,6 +50,8 @@ class GrpcSendFuture:
         with self._lock:
             if error is not None:
                 self._error = self._error or error
+                for index in call.context.indexes:
+                    self._errors[index] = error
             else:
                 for index, result in zip(call.context.indexes, results):
                     self._results[index] = result
@@ -76,7 +85,12 @@ class GrpcSendFuture:
             raise RequestTimeout(self._address, "SendMessage (waiting for its result)",
                                  timeout or 0.0)
         if self._error is not None:
-            raise self._error
+            partly = refused_in_part(list(zip(self._results, self._errors)))
+            if partly is not None:  # busy answers only (maybe to every call)
+                raise partly
+            # a real failure before a busy one: the send is retried as a whole
+            raise next((e for e in self._errors if e is not None and not is_busy(e)),
+                       self._error)
         return list(self._results)
 
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
