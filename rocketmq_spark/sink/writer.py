@@ -100,8 +100,9 @@ def _totals(messages: List[Optional[WriterCommitMessage]]) -> str:
     done = [m.summary for m in messages if isinstance(m, SinkCommit)]
     rows = sum(s.rows for s in done)
     retries = sum(s.retries for s in done)
+    busy = sum(s.busy for s in done)
     return (f"{rows} rows from {len(done)} of {len(messages)} tasks, {retries} retried "
-            "requests")
+            f"requests, {busy} busy answers")
 
 
 class RocketMQBatchWriter(DataSourceArrowWriter):
