@@ -16,6 +16,7 @@ which no broker metric gives::
 """
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import threading
@@ -228,9 +229,15 @@ class RocketMQLagListener(StreamingQueryListener):
 
 
 def _json(text: Optional[str]):
+    """A source's offset from a progress: JSON, or, from Spark Connect 4.0 and 4.1 clients
+    (whose progress events give it as ``str()`` of a dict), a Python literal."""
     if not text:
         return None
     try:
         return json.loads(text)
     except ValueError:
+        pass
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return None
