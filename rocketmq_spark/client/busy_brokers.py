@@ -83,8 +83,8 @@ class BusyBrokers:
                 b.until = now + b.delay * (0.5 + 0.5 * self._jitter())  # equal jitter
                 b.delay = min(cap, b.delay * 2)
             if now - b.logged_at >= LOG_INTERVAL:
-                log.warning("broker %s is in flow control: %d busy answers to pulls since the "
-                            "last report (%d in this episode, %.1f s long; last: %s); pulls to "
+                log.warning("broker %s is in flow control; busy answers to pulls: %d since the "
+                            "last report, %d in this episode (%.1f s long; last: %s); pulls to "
                             "it back off, now for %.2f s", address, b.unlogged, b.answers,
                             now - b.since, remark, b.until - now)
                 b.logged_at, b.unlogged = now, 0

@@ -102,6 +102,7 @@ class QueueRangeReader:
         self.pulls = 0
         self.retries = 0      # retries after a fault (not after a busy answer)
         self.busy_answers = 0  # busy answers acted on
+        self.busy_wait = 0.0   # seconds spent waiting for busy brokers
         self._busy_at: Optional[str] = None  # the broker whose busy answer this reader saw
         self.path = ""  # "native" or "python": which pull loop ran
         self._broker_id = 0
@@ -226,6 +227,7 @@ class QueueRangeReader:
         """Wait while this reader's broker is backed off (other brokers' readers go on)."""
         wait = self.busy_brokers.wait(self.broker_address())
         if wait > 0:
+            self.busy_wait += wait
             time.sleep(wait)
 
     def _native_wanted(self) -> bool:
