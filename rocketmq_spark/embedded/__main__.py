@@ -67,6 +67,16 @@ def _parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                    help="age before a half message is checked back (default 6)")
     p.add_argument("--transaction-check-max", type=int, default=15,
                    help="check-backs before a half message is discarded (default 15)")
+    p.add_argument("--send-queue-capacity", type=int, default=10_000, metavar="N",
+                   help="requests the send queue holds before [OVERLOAD] (default 10000)")
+    p.add_argument("--wait-ms-in-send-queue", type=int, default=200, metavar="MS",
+                   help="queue wait before a send gets [TIMEOUT_CLEAN_QUEUE] (default 200)")
+    p.add_argument("--pull-queue-capacity", type=int, default=100_000, metavar="N",
+                   help="requests the pull queue holds before [OVERLOAD] (default 100000)")
+    p.add_argument("--wait-ms-in-pull-queue", type=int, default=5_000, metavar="MS",
+                   help="queue wait before a pull gets [TIMEOUT_CLEAN_QUEUE] (default 5000)")
+    p.add_argument("--no-broker-fast-failure", action="store_true",
+                   help="never answer [TIMEOUT_CLEAN_QUEUE] (brokerFastFailureEnable=false)")
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
 
@@ -95,13 +105,8 @@ def fill(cluster: EmbeddedCluster, topic: str, count: int, size: int) -> None:
             seq += k
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    args = _parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    acl = dict(a.split(":", 1) for a in args.acl) if args.acl else None
-    ports = [int(p) for p in args.broker_ports.split(",")] if args.broker_ports else None
-    cluster = EmbeddedCluster(
+def _cluster(args: argparse.Namespace, acl, ports) -> EmbeddedCluster:
+    return EmbeddedCluster(
         brokers=args.brokers, data_dir=args.data_dir, host=args.host,
         namesrv_port=args.port_namesrv, broker_ports=ports, acl=acl, tls=args.tls,
         tls_cert=args.tls_cert, tls_key=args.tls_key, call_timeout=600.0,
@@ -111,7 +116,24 @@ def main(argv: Optional[List[str]] = None) -> int:
         auto_create_topics=not args.no_auto_create, search_by_time=args.search_by_time,
         transaction_check_interval=args.transaction_check_interval,
         transaction_timeout=args.transaction_timeout,
-        transaction_check_max=args.transaction_check_max)
+        transaction_check_max=args.transaction_check_max,
+        send_queue_capacity=args.send_queue_capacity,
+        wait_ms_in_send_queue=args.wait_ms_in_send_queue,
+        pull_queue_capacity=args.pull_queue_capacity,
+        wait_ms_in_pull_queue=args.wait_ms_in_pull_queue,
+        broker_fast_failure=not args.no_broker_fast_failure)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = _parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    acl = dict(a.split(":", 1) for a in args.acl) if args.acl else None
+    ports = [int(p) for p in args.broker_ports.split(",")] if args.broker_ports else None
+    try:
+        cluster = _cluster(args, acl, ports)
+    except ValueError as exc:  # a bad setting: say which, without a stack trace
+        raise SystemExit(f"python -m rocketmq_spark.embedded: {exc}") from None
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -28,6 +28,7 @@ from .consumers import (
 from .context import BrokerContext
 from .fast_paths import BrokerFastPaths
 from .faults import FaultInjector
+from .flow_control import RequestQueues
 from .headers import HeaderError, java_bool, opt_int, opt_str, req_int, req_long, req_str
 from .long_poll import LongPollService
 from .nameserver import NameServer, unsupported
@@ -67,10 +68,11 @@ class Broker:
         self.transactions = TransactionCheckService(self.context)  # half message check-backs
         self.end_transaction = EndTransactionHandler(self.context)
         self.fast_paths = BrokerFastPaths(self.context)
+        self.queues = RequestQueues(options)  # the executors' queues and their busy answers
         self.server = RemotingServer(name, self, host=host, port=port, tls=tls, acl=acl,
                                      faults=faults, version=options.version,
                                      fast_path=self.fast_paths if self.fast_paths.available
-                                     else None)
+                                     else None, flow_control=self.queues)
         self._loaded = False
         self._housekeeping: Optional[asyncio.Task] = None
         self._locks: Dict[tuple, tuple] = {}

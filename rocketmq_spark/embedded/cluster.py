@@ -383,6 +383,23 @@ class EmbeddedCluster:
         return self._call(lambda: {"checks_sent": b.transactions.checks_sent,
                                    "discarded": b.transactions.discarded})
 
+    def flow_control_stats(self, broker_name: Optional[str] = None) -> Dict[str, int]:
+        """SYSTEM_BUSY answers of a broker's request queues (:mod:`.flow_control`), summed over
+        every broker unless one is named: ``busy`` (all of them), ``<queue>_timeout``
+        (``[TIMEOUT_CLEAN_QUEUE]``) and ``<queue>_overload`` (``[OVERLOAD]``, counting oneway
+        requests dropped without an answer) for queue send, pull, heartbeat and transaction, and
+        ``<queue>_queue_peak``, the most requests that queue held (the highest of any broker)."""
+        targets = self._brokers if broker_name is None else [self._broker(broker_name)]
+
+        def collect() -> Dict[str, int]:
+            total: Dict[str, int] = {}
+            for b in targets:
+                for key, n in b.queues.stats.items():
+                    total[key] = max(total.get(key, 0), n) if key.endswith("_peak") \
+                        else total.get(key, 0) + n
+            return total
+        return self._call(collect)
+
     # ---------------------------------------------------------------- faults
 
     CORRUPT_FIELDS = CORRUPT_FIELDS

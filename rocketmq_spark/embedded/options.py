@@ -10,6 +10,11 @@ from ..client.protocol.codes import SERVER_VERSION
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 SEARCH_MODES = ("lower", "nearest")
+# the request queues' sizes and waits (see ServerOptions and .flow_control)
+QUEUE_OPTIONS = ("send_queue_capacity", "wait_ms_in_send_queue", "pull_queue_capacity",
+                 "wait_ms_in_pull_queue", "heartbeat_queue_capacity",
+                 "wait_ms_in_heartbeat_queue", "transaction_queue_capacity",
+                 "wait_ms_in_transaction_queue")
 _DELAY_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
@@ -51,6 +56,18 @@ class ServerOptions:
       the check service of half messages runs every interval seconds (transactionCheckInterval,
       60 s), checks back half messages older than the timeout (transactionTimeOut, 6 s) and
       discards one after that many checks (transactionCheckMax, 15).
+    * ``send_queue_capacity`` / ``pull_queue_capacity`` / ``heartbeat_queue_capacity`` /
+      ``transaction_queue_capacity``: how many requests the send, pull, heartbeat and
+      END_TRANSACTION executors' queues hold (sendThreadPoolQueueCapacity 10,000,
+      pullThreadPoolQueueCapacity 100,000, heartbeatThreadPoolQueueCapacity 50,000,
+      endTransactionPoolQueueCapacity 100,000); a request beyond is answered SYSTEM_BUSY
+      ``[OVERLOAD]`` (:mod:`.flow_control`).
+    * ``wait_ms_in_send_queue`` / ``wait_ms_in_pull_queue`` / ``wait_ms_in_heartbeat_queue`` /
+      ``wait_ms_in_transaction_queue``: a request queued that long is answered SYSTEM_BUSY
+      ``[TIMEOUT_CLEAN_QUEUE]`` instead of being processed (waitTimeMillsInSendQueue 200,
+      waitTimeMillsInPullQueue 5,000, waitTimeMillsInHeartbeatQueue 31,000,
+      waitTimeMillsInTransactionQueue 3,000), unless ``broker_fast_failure`` is off
+      (brokerFastFailureEnable).
     """
 
     cluster_name: str = "DefaultCluster"
@@ -71,6 +88,15 @@ class ServerOptions:
     transaction_check_interval: float = 60.0
     transaction_timeout: float = 6.0
     transaction_check_max: int = 15
+    broker_fast_failure: bool = True
+    send_queue_capacity: int = 10_000
+    wait_ms_in_send_queue: int = 200
+    pull_queue_capacity: int = 100_000
+    wait_ms_in_pull_queue: int = 5_000
+    heartbeat_queue_capacity: int = 50_000
+    wait_ms_in_heartbeat_queue: int = 31_000
+    transaction_queue_capacity: int = 100_000
+    wait_ms_in_transaction_queue: int = 3_000
     version: int = SERVER_VERSION
 
     def __post_init__(self):
@@ -93,6 +119,15 @@ class ServerOptions:
             raise ValueError(f"transaction_check_max must be at least 1, got "
                              f"{self.transaction_check_max}")
         parse_delay_levels(self.message_delay_level)  # a bad table fails here, not on a send
+        for name in QUEUE_OPTIONS:
+            value = getattr(self, name)
+            least = 1 if name.endswith("capacity") else 0
+            if value.__class__ is not int or value < least:
+                raise ValueError(f"{name} must be a whole number of at least {least}"
+                                 f"{' ms' if least == 0 else ''}, got {value!r}")
+        if self.broker_fast_failure.__class__ is not bool:
+            raise ValueError(f"broker_fast_failure must be True or False, "
+                             f"got {self.broker_fast_failure!r}")
 
     @cached_property
     def delay_levels(self) -> List[float]:

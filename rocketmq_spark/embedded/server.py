@@ -6,7 +6,9 @@ does), fault injection, ACL checks (brokers only, as in 4.9), the generic error 
 rule that oneway requests never get an answer, and TLS (enforcing, or permissive by sniffing the
 first byte). Request semantics live in the handler (:mod:`.nameserver`, :mod:`.broker`); a
 handler with answers that skip decoding (the broker's C paths, :mod:`.fast_paths`) hands them
-in as ``fast_path``, so this module knows nothing of any broker.
+in as ``fast_path``, and a broker's request queues (:mod:`.flow_control`) come in as
+``flow_control``, so this module knows nothing of any broker. Without queues (the name server)
+each read is processed as it arrives.
 
 Connections are asyncio Protocols (not streams) to keep the per-request overhead small.
 """
@@ -16,17 +18,24 @@ import asyncio
 import itertools
 import logging
 import socket
+import struct
+import time
 from typing import Dict, List, Mapping, Optional, Protocol, Set, Tuple
 
 from ..client import acl as client_acl
 from ..client.errors import ProtocolError
 from ..client.protocol.codes import FLAG_ONEWAY, SERVER_VERSION, ResponseCode
-from ..client.protocol.frame import FrameDecoder, RemotingCommand, encode_frame_head
+from ..client.protocol.frame import (
+    MAX_FRAME_BYTES, RemotingCommand, decode_payload, encode_frame_head,
+)
 from .faults import FaultInjector
 from .headers import HeaderError
 from .tls import TLS_HANDSHAKE_FIRST_BYTE, TlsSettings
 
 log = logging.getLogger(__name__)
+
+_LENGTH = struct.Struct(">I").unpack_from
+_MAX_LENGTH = MAX_FRAME_BYTES - 4  # what a frame's length word may say, as Netty's decoder
 
 ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException"
 # the first stack frame Java appends to the remark (RemotingHelper.exceptionSimpleDesc)
@@ -44,6 +53,15 @@ class FastPath(Protocol):
         closes the connection."""
 
 
+class FlowControl(Protocol):
+    """Where a broker's reads wait to be processed (:mod:`.flow_control`): it calls back
+    :meth:`RemotingServer.serve`, :meth:`ServerConnection.hold`, ``write`` and
+    ``refuse_stream``."""
+
+    def arrive(self, conn: "ServerConnection", data) -> None:
+        """A read, starting at a frame."""
+
+
 class Handler(Protocol):
     """What a server delegates to: request semantics and per-connection cleanup."""
 
@@ -59,7 +77,7 @@ class ServerConnection(asyncio.Protocol):
     def __init__(self, server: "RemotingServer"):
         self.server = server
         self.transport: Optional[asyncio.Transport] = None
-        self.decoder = FrameDecoder()
+        self._held = bytearray()  # the start of a frame not yet wholly read
         self.peer = "127.0.0.1:0"
         self.closed = False
         self.tls = False
@@ -87,40 +105,34 @@ class ServerConnection(asyncio.Protocol):
         self.server._connections.add(self)
 
     def data_received(self, data: bytes) -> None:
-        answers = None
-        server = self.server
-        fast_path = server.fast_path
-        if fast_path is not None and server.acl is None and not server.faults.rules \
-                and self.decoder.completes_frame(data):
-            if self.decoder.pending:  # a frame cut by the last chunk ends in this one
-                data = self.decoder.take() + bytes(data)
-            try:
-                answers, used = fast_path.answer_leading(data, self.peer)
-            except Exception:
-                log.exception("%s: closing %s: the fast path failed", server.name, self.peer)
-                self.close()
-                return
-            if used:
-                self.decoder.skip(used)
-                data = memoryview(data)[used:]
-        try:
-            commands = self.decoder.feed(data)
-        except ProtocolError as exc:
-            log.warning("%s: closing %s: %s", self.server.name, self.peer, exc)
-            self.close()
+        if self.closed:
             return
-        # Clients pipeline requests (our reader sends 8 pulls in one write): their answers go
-        # out in one write too, instead of two system calls each.
-        self._corked = answers or []
-        try:
-            for cmd in commands:
-                if self.closed:
-                    return
-                self.server.dispatch(self, cmd)
-        finally:
-            corked, self._corked = self._corked, None
-            if corked and not self.closed and self.transport is not None:
-                self.transport.write(corked[0] if len(corked) == 1 else b"".join(corked))
+        held = self._held
+        if held:  # a frame cut by an earlier read: wait until it is whole
+            held += data
+            if len(held) < 4:
+                return
+            length = _LENGTH(held)[0]
+            if 4 <= length <= _MAX_LENGTH and len(held) < 4 + length:
+                return
+            data = bytes(held)
+            held.clear()
+        server = self.server
+        if server.flow_control is not None:
+            server.flow_control.arrive(self, data)
+            return
+        pos = server.serve(self, data, 0, len(data), None)
+        if pos < len(data) and not self.closed:
+            self.hold(memoryview(data)[pos:])
+
+    def hold(self, data) -> None:
+        """Keep the start of a frame whose end has not been read yet."""
+        self._held += data
+
+    def refuse_stream(self, reason: str) -> None:
+        """Bytes that are no frame: log and close, as Netty's decoder does."""
+        log.warning("%s: closing %s: %s", self.server.name, self.peer, reason)
+        self.close()
 
     def connection_lost(self, exc) -> None:
         self.closed = True
@@ -131,6 +143,12 @@ class ServerConnection(asyncio.Protocol):
         self.server._connection_lost(self)
 
     # sending -----------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        """Frames already encoded (busy answers), written at once: they overtake answers still
+        being worked out."""
+        if not self.closed and self.transport is not None:
+            self.transport.write(data)
 
     def send(self, cmd: RemotingCommand) -> None:
         if self.closed or self.transport is None:
@@ -194,7 +212,8 @@ class RemotingServer:
     def __init__(self, name: str, handler: Handler, *, host: str = "127.0.0.1", port: int = 0,
                  tls: Optional[TlsSettings] = None, acl: Optional[Mapping[str, str]] = None,
                  faults: Optional[FaultInjector] = None, version: int = SERVER_VERSION,
-                 fast_path: Optional[FastPath] = None):
+                 fast_path: Optional[FastPath] = None,
+                 flow_control: Optional[FlowControl] = None):
         self.name = name
         self.handler = handler
         self.host = host
@@ -211,6 +230,7 @@ class RemotingServer:
         self._adopting: Set[asyncio.Task] = set()
         self._ssl_ctx = tls.server_context() if tls else None
         self.fast_path = fast_path
+        self.flow_control = flow_control
 
     @property
     def addr(self) -> str:
@@ -331,6 +351,56 @@ class RemotingServer:
             sock.close()
 
     # requests ----------------------------------------------------------------------
+
+    def serve(self, conn: ServerConnection, data, pos: int, end: int,
+              deadline: Optional[float]) -> int:
+        """Process the frames of ``data[pos:end]`` in order, the handler's fast path first
+        where it may answer, until ``deadline`` (None: to the end); returns where it stopped:
+        ``end``, a frame not wholly read, or the first frame left for later. Clients pipeline
+        requests (our reader sends 8 pulls in one write): the answers go out in one write."""
+        fast_path = self.fast_path
+        if fast_path is not None and (self.acl is not None or self.faults.rules):
+            fast_path = None
+        view = memoryview(data)
+        conn._corked = corked = []
+        try:
+            while pos < end and not conn.closed:
+                if fast_path is not None:
+                    try:
+                        answers, used = fast_path.answer_leading(view[pos:end], conn.peer)
+                    except Exception:
+                        log.exception("%s: closing %s: the fast path failed", self.name,
+                                      conn.peer)
+                        conn.close()
+                        return end
+                    if used:
+                        corked += answers
+                        pos += used
+                        if pos >= end or (deadline is not None
+                                          and time.monotonic() >= deadline):
+                            break
+                if end - pos < 4:
+                    break
+                length = _LENGTH(view, pos)[0]
+                if length < 4 or length > _MAX_LENGTH:
+                    conn.refuse_stream(f"frame length {length} is outside [4, {_MAX_LENGTH}]")
+                    return end
+                if end - pos - 4 < length:
+                    break
+                try:
+                    cmd = decode_payload(view[pos + 4:pos + 4 + length])
+                except ProtocolError as exc:
+                    conn.refuse_stream(str(exc))
+                    return end
+                pos += 4 + length
+                self.dispatch(conn, cmd)
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+        finally:
+            conn._corked = None
+            if corked and not conn.closed and conn.transport is not None:
+                conn.transport.write(corked[0] if len(corked) == 1 else b"".join(corked))
+        return pos
 
     def dispatch(self, conn: ServerConnection, cmd: RemotingCommand) -> None:
         """Handle one incoming frame: faults first, then ACL, then the handler."""

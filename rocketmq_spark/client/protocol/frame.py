@@ -383,16 +383,6 @@ class FrameDecoder:
         """Bytes buffered that do not yet make a whole frame."""
         return len(self._buf)
 
-    def completes_frame(self, data) -> bool:
-        """Whether ``data`` completes the frame whose start is buffered (true when nothing, or
-        too little to hold a length, is buffered): only then is it worth joining the two for
-        another reader (:meth:`take`), so a large frame arriving in many chunks is not copied
-        again with each."""
-        held = self._buf
-        if len(held) < 4:
-            return True
-        return len(held) + len(data) >= 4 + int.from_bytes(held[:4], "big")
-
     def take(self) -> bytes:
         """Hand the buffered bytes to another reader of the stream (the native pull loop),
         which gives back what it does not frame with :meth:`feed`."""
