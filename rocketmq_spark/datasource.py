@@ -10,6 +10,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from . import spark_compat
 from .options import boolean
 from .source.options import parse_source_options
 from .source.schema import spark_schema
@@ -21,7 +22,8 @@ class RocketMQDataSource(DataSource):
 
     Options are checked when a reader or writer is made, before anything connects; a bad
     option (or, for writes, a bad input column) fails the query at once with an error that
-    names it.
+    names it. On a Spark older than 4.2 the first reader or writer of a process logs what
+    that Spark changes (:func:`.spark_compat.announce`).
     """
 
     @classmethod
@@ -35,19 +37,24 @@ class RocketMQDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         from .source.batch_reader import RocketMQBatchReader
 
+        spark_compat.announce()
         return RocketMQBatchReader(parse_source_options(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from .source.stream_reader import RocketMQStreamReader
 
-        return RocketMQStreamReader(parse_source_options(self.options, streaming=True))
+        options = parse_source_options(self.options, streaming=True)
+        spark_compat.announce(options.max_messages_per_trigger)
+        return RocketMQStreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from .sink.writer import batch_writer
 
+        spark_compat.announce()
         return batch_writer(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from .sink.writer import stream_writer
 
+        spark_compat.announce()
         return stream_writer(self.options, schema, overwrite)

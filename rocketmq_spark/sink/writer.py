@@ -20,13 +20,12 @@ from dataclasses import dataclass
 from typing import Iterator, List, Mapping, Optional
 
 import pyarrow as pa
-from pyspark.sql.datasource import (
-    DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage,
-)
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from ..client.transaction import HalfHandle, Outcome, end_transactions, half_properties
 from ..options import NAME_CHARS, OptionError
+from ..spark_compat import stream_writer_bases
 from . import exactly_once
 from .exactly_once import CommitObserver
 from .ids import TaskIdentity, new_job_token
@@ -143,10 +142,10 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
                     _totals(messages))
 
 
-class RocketMQStreamWriter(DataSourceStreamArrowWriter):
+class RocketMQStreamWriter(*stream_writer_bases()):
     """``writeStream.format("rocketmq")``: each micro-batch's tasks send their rows; message
     ids come from (query id, batch id, partition, row), so a replayed batch resends the
-    same ids."""
+    same ids. Its input is Arrow on every Spark (see :func:`.stream_writer_bases`)."""
 
     def __init__(self, options: SinkOptions, plan: ColumnPlan, query_name: Optional[str],
                  raw_options: Optional[Mapping[str, str]] = None,

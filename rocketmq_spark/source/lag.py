@@ -5,7 +5,9 @@ Python sources cannot add metrics to a progress, so a :class:`RocketMQLagListene
 in the driver: offsets behind latest from the progress's ``latestOffset`` (which the source
 reports) and ``endOffset``, and for every queue that is behind, the age of its oldest unread
 message (the store time of the message at the end offset, one small pull per lagging queue),
-which no broker metric gives::
+which no broker metric gives. Spark before 4.2 has no ``reportLatestOffset``: its progress's
+``latestOffset`` is only the batch's end, so there the listener asks the brokers for the
+latest offsets itself, when the progress arrives::
 
     options = {"nameServer": "ns:9876", "subscribe": "orders", "consumerGroup": "etl"}
     lag = RocketMQLagListener(options)
@@ -31,6 +33,7 @@ from ..client.admin import Admin
 from ..client.errors import RocketMQError
 from ..client.protocol.route import MessageQueue
 from ..options import parse_connection_settings
+from ..spark_compat import REPORTS_LATEST_OFFSET
 
 log = logging.getLogger(__name__)
 
@@ -113,13 +116,18 @@ class RocketMQLagListener(StreamingQueryListener):
     accessKey/secretKey, tls*). ``time_lag=False`` skips the store-time lookups. The last
     ``history`` reports of each query are kept; each report is also logged at INFO and passed
     to ``on_report`` if given. Lookups that fail leave the time lag unknown; the listener never
-    raises into Spark.
+    raises into Spark. ``latest_from_broker``: look the latest offsets up on the brokers instead
+    of reading the progress's ``latestOffset``; by default only where Spark lacks
+    ``reportLatestOffset`` (before 4.2).
     """
 
     def __init__(self, options: Mapping[str, str], *, time_lag: bool = True,
-                 history: int = 10_000, on_report=None):
+                 history: int = 10_000, on_report=None,
+                 latest_from_broker: Optional[bool] = None):
         self._settings = parse_connection_settings(
             options, " (RocketMQLagListener: pass the options the query's reader was given)")
+        self._latest_from_broker = (not REPORTS_LATEST_OFFSET if latest_from_broker is None
+                                    else latest_from_broker)
         self._time_lag = time_lag
         self._history = history
         self._on_report = on_report
@@ -194,6 +202,8 @@ class RocketMQLagListener(StreamingQueryListener):
 
     def _report(self, progress, index: int, source) -> Optional[LagReport]:
         latest, end = _json(source.latestOffset), _json(source.endOffset)
+        if self._latest_from_broker and isinstance(end, dict):
+            latest = self._max_offsets([k for k in end if _is_queue(k)])
         if not isinstance(latest, dict) or not isinstance(end, dict):
             return None  # not a rocketmq source, or no latest offset reported yet
         behind = offsets_behind(latest, end)
@@ -207,15 +217,36 @@ class RocketMQLagListener(StreamingQueryListener):
             measured_at_ms=int(time.time() * 1000), num_input_rows=int(source.numInputRows),
             queues={k: QueueLag(n, stored.get(k)) for k, n in behind.items()})
 
-    def _store_times(self, positions: Dict[str, int]) -> Dict[str, int]:
-        if not positions:
-            return {}
+    def _admin_client(self) -> Admin:
         if self._admin is None:
             self._admin = Admin(list(self._settings.name_servers),
                                 config=self._settings.client_config())
+        return self._admin
+
+    def _max_offsets(self, keys: List[str]) -> Optional[Dict[str, int]]:
+        """The brokers' max offsets of the queues ``keys`` name (None: no queue, or none could
+        be looked up; a queue whose lookup failed is left out)."""
+        if not keys:
+            return None
+        try:
+            found = self._admin_client().offsets("max", [MessageQueue.from_key(k) for k in keys])
+        except RocketMQError as exc:
+            log.warning("cannot look up the latest offsets for the lag: %s", exc)
+            return None
+        out = {}
+        for mq, value in found.items():
+            if isinstance(value, RocketMQError):
+                log.info("latest offset of %s unavailable: %s", mq.key, value)
+            else:
+                out[mq.key] = int(value)
+        return out or None
+
+    def _store_times(self, positions: Dict[str, int]) -> Dict[str, int]:
+        if not positions:
+            return {}
         by_queue = {MessageQueue.from_key(k): v for k, v in positions.items()}
         try:
-            found = self._admin.store_times(by_queue)
+            found = self._admin_client().store_times(by_queue)
         except RocketMQError as exc:
             log.warning("cannot look up the store times for the time lag: %s", exc)
             return {}

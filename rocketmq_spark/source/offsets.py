@@ -6,6 +6,10 @@ order: the same positions give the same text, and an idle stream gives no empty 
 :mod:`.stream_reader`). A resolved position with no queue at all (the topics have no route yet)
 is :data:`NO_QUEUES`, never ``{}``, so that queues appearing later enter as new queues instead of
 resolving the start again.
+
+On Spark without admission control (4.0, 4.1) a queue is read in the batch it enters, so the
+end offset of that batch also records where each entering queue starts, under
+:data:`ENTRIES_KEY` (see :func:`with_entries`): a replayed batch reads the same range.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from ..client.protocol.route import MessageQueue
 UNRESOLVED: Dict[str, int] = {}
 _NO_QUEUES_KEY = "(no queues yet)"
 NO_QUEUES: Dict[str, int] = {_NO_QUEUES_KEY: 0}
+ENTRIES_KEY = "(entered at)"
 
 
 def to_offset(positions: Mapping[MessageQueue, int]) -> Dict[str, int]:
@@ -30,9 +35,27 @@ def from_offset(offset: Mapping[str, int]) -> Dict[MessageQueue, int]:
     """Positions from an offset dict; raises ValueError naming a malformed entry."""
     out: Dict[MessageQueue, int] = {}
     for key, value in offset.items():
-        if key == _NO_QUEUES_KEY:
+        if key in (_NO_QUEUES_KEY, ENTRIES_KEY):
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"offset of {key!r} must be a non-negative integer, got {value!r}")
         out[MessageQueue.from_key(key)] = value
     return out
+
+
+def with_entries(offset: Dict[str, int], entries: Mapping[MessageQueue, int]) -> dict:
+    """``offset`` plus the positions its entering queues are read from (none: unchanged),
+    keys still in sorted order."""
+    if not entries:
+        return offset
+    out = dict(offset)
+    out[ENTRIES_KEY] = {mq.key: int(v) for mq, v in sorted(entries.items())}
+    return dict(sorted(out.items()))
+
+
+def entries_of(offset: Mapping) -> Dict[MessageQueue, int]:
+    """The entering queues' positions recorded by :func:`with_entries` (none: empty)."""
+    recorded = offset.get(ENTRIES_KEY) or {}
+    if not isinstance(recorded, dict):
+        raise ValueError(f"{ENTRIES_KEY!r} must map queues to offsets, got {recorded!r}")
+    return from_offset(recorded)

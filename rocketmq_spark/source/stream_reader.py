@@ -21,6 +21,14 @@ With ``membership=group`` the query is one member of its consumer group
 leaves drops out of the next offset, and one that joins enters it with an empty range at the
 group's committed offset. :meth:`partitions` needs no change: it reads each queue of ``end``
 from its position in ``start``, and a queue new to ``end`` has nothing to read yet.
+
+Spark 4.0 and 4.1 lack admission control: Spark calls ``latestOffset()`` without a start or a
+limit, and runs Trigger.AvailableNow as a single micro-batch. :class:`LegacyStreamReader` then
+keeps the start itself (the end of the last batch Spark planned, which ``partitions`` sees,
+restarts included: Spark announces a checkpoint's last offset as ``partitions(end, end)``),
+applies ``maxMessagesPerTrigger`` itself, and reads a queue in the batch it enters, batch 0
+included, from the position recorded in that batch's end offset (:func:`.offsets.with_entries`),
+so that a single-batch AvailableNow run reads what was there when it started.
 """
 from __future__ import annotations
 
@@ -30,17 +38,15 @@ import time
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow,
-)
 
+from .. import spark_compat
 from ..client.broker import Subscription
 from ..client.errors import RocketMQError
 from ..client.protocol.route import MessageQueue
 from .connect import client_config, shared_admin
 from .membership import GroupMember, member_client_id
 from .offset_reader import OffsetReader
-from .offsets import UNRESOLVED, from_offset, to_offset
+from .offsets import UNRESOLVED, entries_of, from_offset, to_offset, with_entries
 from .options import Bound, SourceOptions
 from .partitions import RocketMQPartition, to_partitions
 from .planning import next_end, pack, ranges
@@ -82,6 +88,10 @@ class _RunnerState:
         self.committed: Optional[Dict[str, int]] = None
         self.heartbeat_at = 0.0
         self.last_start: Optional[dict] = None
+        # Spark without admission control: the end of the last batch planned, and whether a
+        # latestOffset() was answered before that was known (see LegacyStreamReader).
+        self.planned_end: Optional[dict] = None
+        self.answered_blind = False
         self.others_warned: frozenset = frozenset()  # membership=none: other members seen
 
     def joining_start_positions(self, queues: List[MessageQueue], first: bool
@@ -101,7 +111,9 @@ class _RunnerState:
         return self.offsets.resolve(bound, queues)
 
 
-class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class _StreamReader(DataSourceStreamReader):
+    """What every Spark version shares; the subclasses answer ``latestOffset``."""
+
     def __init__(self, options: SourceOptions):
         self.options = options
         self._runner: Optional[_RunnerState] = None
@@ -120,47 +132,6 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         return dict(UNRESOLVED)
 
-    def getDefaultReadLimit(self) -> ReadLimit:
-        n = self.options.max_messages_per_trigger
-        return ReadMaxRows(n) if n else ReadAllAvailable()
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        runner = self.runner
-        offsets = runner.offsets
-        if runner.member is not None:
-            runner.allowed = self._join_for_available_now(runner)
-            queues = sorted(runner.allowed)
-            runner.target = offsets.max_offsets(queues, fresh=True) if queues else {}
-            log.info("AvailableNow: member %s reads up to %d messages in %d queue(s)",
-                     runner.member.client_id, sum(runner.target.values()), len(queues))
-            return
-        queues = offsets.discover(force=True).queues
-        self.runner.target = offsets.max_offsets(queues, fresh=True)
-        log.info("AvailableNow: reading up to %d messages in %d queues",
-                 sum(self.runner.target.values()), len(queues))
-
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        runner = self.runner
-        if runner.member is not None:
-            return self._member_latest(runner, start, limit)
-        offsets = runner.offsets
-        discovery = offsets.discover()
-        if start == UNRESOLVED:
-            return to_offset(offsets.resolve(self.options.starting, discovery.queues))
-        current = from_offset(start)
-        self._commit_to_group(start, current)
-        new_queues = [mq for mq in discovery.queues if mq not in current]
-        new_start = offsets.min_offsets(new_queues) if new_queues else {}
-        # A new start means a batch just ended: what arrived meanwhile is due now, so the
-        # cached max offsets (good for the idle polls that follow) are refreshed.
-        fresh = start != runner.last_start
-        runner.last_start = start
-        latest = offsets.max_offsets(discovery.queues, fresh=fresh)
-        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        end = next_end(current, discovery.queues, discovery.why_missing, latest, new_start,
-                       self.options.fail_on_data_loss, max_rows, runner.target)
-        return to_offset(end)
-
     def reportLatestOffset(self) -> Optional[dict]:
         cached = self.runner.offsets.cached_max_offsets()
         member = self.runner.member
@@ -168,18 +139,63 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             cached = {mq: v for mq, v in cached.items() if mq in member.held}
         return to_offset(cached) if cached else None
 
+    def _plan(self, start: dict, max_rows: Optional[int], read_entering: bool) -> dict:
+        """The end of the batch that starts at ``start``. ``read_entering``: queues that enter
+        (all of them in batch 0) are read from their entry position in this batch, recorded
+        in the end offset; otherwise they enter with an empty range."""
+        runner = self.runner
+        if runner.member is not None:
+            return self._member_latest(runner, start, max_rows, read_entering)
+        offsets = runner.offsets
+        discovery = offsets.discover()
+        if start == UNRESOLVED:
+            entering = offsets.resolve(self.options.starting, discovery.queues)
+            if not read_entering:
+                return to_offset(entering)
+            current: Dict[MessageQueue, int] = {}
+        else:
+            current = from_offset(start)
+            self._commit_to_group(start, current)
+            new_queues = [mq for mq in discovery.queues if mq not in current]
+            entering = offsets.min_offsets(new_queues) if new_queues else {}
+        # A new start means a batch just ended: what arrived meanwhile is due now, so the
+        # cached max offsets (good for the idle polls that follow) are refreshed.
+        fresh = start != runner.last_start
+        runner.last_start = start
+        latest = offsets.max_offsets(discovery.queues, fresh=fresh)
+        if not read_entering:
+            return to_offset(next_end(current, discovery.queues, discovery.why_missing, latest,
+                                      entering, self.options.fail_on_data_loss, max_rows,
+                                      runner.target))
+        return _end_reading_entering(current, entering, discovery.queues, discovery.why_missing,
+                                     latest, self.options.fail_on_data_loss, max_rows)
+
     # ------------------------------------------------------------------ batches
 
     def partitions(self, start: dict, end: dict) -> List[InputPartition]:
-        if start == UNRESOLVED:
+        runner = self.runner
+        if start == end and runner.answered_blind and start != UNRESOLVED:
+            raise RuntimeError(
+                f"Spark {spark_compat.SPARK_VERSION} asked the rocketmq source for its latest "
+                "offset before telling it where the checkpoint stands, as its Trigger."
+                "AvailableNow wrapper does (spark.sql.streaming.triggerAvailableNowWrapper."
+                "enabled=true). The answer could go back before the checkpoint, so the query "
+                "stops here, before reading. Leave that setting off: on this Spark, "
+                "Trigger.AvailableNow then runs one micro-batch that reads everything "
+                "available when it starts.")
+        runner.planned_end = end
+        entering = entries_of(end)
+        if start == UNRESOLVED and not entering:
             return []  # batch 0 only pins the starting position
         begin, finish = from_offset(start), from_offset(end)
+        for mq, offset in entering.items():
+            begin.setdefault(mq, offset)
         for mq, offset in begin.items():
             if mq in finish and finish[mq] < offset:
                 log.warning("queue %s restarts at %d below %d; the messages in between were "
                             "lost", mq.key, finish[mq], offset)
         groups = pack(ranges(begin, finish), self.options.min_partitions)
-        return to_partitions(groups, self.runner.offsets.discover().addresses)
+        return to_partitions(groups, runner.offsets.discover().addresses)
 
     def read(self, partition: RocketMQPartition) -> Iterator["pa.RecordBatch"]:
         from .partition_reader import read_partition  # executors only: pyarrow, numpy, C
@@ -209,7 +225,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ------------------------------------------------------------------ group membership
 
-    def _member_latest(self, runner: _RunnerState, start: dict, limit: ReadLimit) -> dict:
+    def _member_latest(self, runner: _RunnerState, start: dict, max_rows: Optional[int],
+                       read_entering: bool) -> dict:
         """The next end for a group member: the queues it holds after the latest rebalance
         (see :meth:`GroupMember.apply_allocation`), moved on as :func:`next_end` moves any
         queue."""
@@ -225,17 +242,24 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         fresh = start != runner.last_start
         runner.last_start = start
         latest = runner.offsets.max_offsets(routed, fresh=fresh) if routed else {}
-        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        end = next_end(share.kept, routed, discovery.why_missing, latest, share.entering,
-                       self.options.fail_on_data_loss, max_rows, runner.target)
-        unplanned = set(share.entering) - set(end)  # no route to it yet: it joins later
-        if unplanned:
+        if read_entering:
+            entering = {mq: v for mq, v in share.entering.items() if mq in set(routed)}
+            end = _end_reading_entering(share.kept, entering, routed, discovery.why_missing,
+                                        latest, self.options.fail_on_data_loss, max_rows)
+            unplanned = set(share.entering) - set(entering)
+        else:
+            end = to_offset(next_end(share.kept, routed, discovery.why_missing, latest,
+                                     share.entering, self.options.fail_on_data_loss, max_rows,
+                                     runner.target))
+            unplanned = set(share.entering) - set(from_offset(end))
+        if unplanned:  # no route to it yet: it joins later
             member.drop(unplanned)
-        if runner.target is not None and end == share.kept and not share.entering:
+        if runner.target is not None and from_offset(end) == share.kept \
+                and not share.entering:
             # AvailableNow drained what it was given: hand the queues back now (the batch
             # that ended at ``start`` is complete and committed).
             member.leave("Trigger.AvailableNow drained its queues", close=False)
-        return to_offset(end)
+        return end
 
     @staticmethod
     def _join_for_available_now(runner: _RunnerState) -> set:
@@ -301,3 +325,73 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 "the group's queues with them, or give this query a consumer group of its own.",
                 self.options.consumer_group, len(others), ", ".join(sorted(others)[:5]))
         runner.others_warned = others
+
+
+def _end_reading_entering(kept: Dict[MessageQueue, int], entering: Dict[MessageQueue, int],
+                          routed: List[MessageQueue], why_missing,
+                          latest: Dict[MessageQueue, int], fail_on_data_loss: bool,
+                          max_rows: Optional[int]) -> dict:
+    """The next end when entering queues are read at once: they plan like the others from
+    their entry position (a cached max offset below it is stale, not a reset), and the end
+    offset records those positions."""
+    latest = dict(latest)
+    for mq, offset in entering.items():
+        if mq in latest:
+            latest[mq] = max(latest[mq], offset)
+    end = next_end({**kept, **entering}, routed, why_missing, latest, {}, fail_on_data_loss,
+                   max_rows)
+    return with_entries(to_offset(end), entering)
+
+
+class LegacyStreamReader(_StreamReader):
+    """The reader for Spark without admission control (4.0, 4.1): ``latestOffset()`` gets
+    neither a start nor a limit (see the module doc)."""
+
+    def latestOffset(self) -> dict:
+        runner = self.runner
+        start = runner.planned_end
+        if start is None:  # a first start, or Spark's AvailableNow wrapper (see partitions)
+            runner.answered_blind = True
+            start = dict(UNRESOLVED)
+        end = self._plan(start, self.options.max_messages_per_trigger, read_entering=True)
+        if start != UNRESOLVED and from_offset(end) == from_offset(start) \
+                and not entries_of(end):
+            return start  # nothing new: the very text Spark holds, so no empty batch
+        return end
+
+
+if spark_compat.ADMISSION_CONTROL and spark_compat.TRIGGER_AVAILABLE_NOW:
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow,
+    )
+
+    class AdmissionControlStreamReader(_StreamReader, SupportsTriggerAvailableNow):
+        """The reader for Spark 4.2+: ``latestOffset(start, limit)`` with admission control
+        (``maxMessagesPerTrigger`` is the default read limit) and Trigger.AvailableNow."""
+
+        def getDefaultReadLimit(self) -> ReadLimit:
+            n = self.options.max_messages_per_trigger
+            return ReadMaxRows(n) if n else ReadAllAvailable()
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            runner = self.runner
+            offsets = runner.offsets
+            if runner.member is not None:
+                runner.allowed = self._join_for_available_now(runner)
+                queues = sorted(runner.allowed)
+                runner.target = offsets.max_offsets(queues, fresh=True) if queues else {}
+                log.info("AvailableNow: member %s reads up to %d messages in %d queue(s)",
+                         runner.member.client_id, sum(runner.target.values()), len(queues))
+                return
+            queues = offsets.discover(force=True).queues
+            runner.target = offsets.max_offsets(queues, fresh=True)
+            log.info("AvailableNow: reading up to %d messages in %d queues",
+                     sum(runner.target.values()), len(queues))
+
+        def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+            max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+            return self._plan(start, max_rows, read_entering=False)
+
+    RocketMQStreamReader: type = AdmissionControlStreamReader
+else:
+    RocketMQStreamReader = LegacyStreamReader
