@@ -19,6 +19,8 @@ from rocketmq_spark.client.accelerator import FORCE_PURE_PYTHON
 from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.client.busy_brokers import BrokerBusyError, BusyBrokers
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
+from rocketmq_spark.source.options import OptionError, parse_source_options
+from source_helpers import ids_of, produce
 from waiting import wait_until
 
 PULL = [RequestCode.PULL_MESSAGE]
@@ -149,6 +151,57 @@ def test_busy_answers_are_counted_and_logged_once_a_minute(busy_cluster, admin, 
     assert brokers.total(address) == reader.busy_answers >= 20
     lines = [r.getMessage() for r in caplog.records if "busy" in r.getMessage()]
     assert len(lines) == 1 and address in lines[0] and "[TIMEOUT_CLEAN_QUEUE]" in lines[0]
+
+
+def spark_read(spark, cluster, topic, **options):
+    reader = spark.read.format("rocketmq").option("nameServer", cluster.namesrv_addr) \
+        .option("subscribe", topic)
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    return reader.load()
+
+
+def rules_left(cluster) -> int:
+    return sum(rule.remaining for rule in list(cluster.faults.rules))
+
+
+def test_a_spark_batch_read_over_a_busy_broker_is_exact(spark, busy_cluster):
+    """spark.read over both brokers while broker-a answers 20 pulls busy: every message once
+    (the first 16 answer one task's first pipeline, the others each cost a backoff)."""
+    busy_cluster.create_topic("BusySpark", queues=4)
+    produce(busy_cluster.namesrv_addr, "BusySpark", range(4000))
+    busy_cluster.fail_next(20, ResponseCode.SYSTEM_BUSY, TIMEOUT_CLEAN, request_codes=PULL,
+                           broker="broker-a")
+    try:
+        rows = spark_read(spark, busy_cluster, "BusySpark").select("keys").collect()
+        assert rules_left(busy_cluster) == 0  # every busy answer was given
+    finally:
+        busy_cluster.clear_faults()
+    assert ids_of(rows) == list(range(4000))
+
+
+def test_a_spark_read_fails_clearly_when_the_broker_stays_busy(spark, busy_cluster):
+    busy_cluster.create_topic("BusyForever", queues=1, brokers=["broker-a"])
+    produce(busy_cluster.namesrv_addr, "BusyForever", range(100))
+    busy_cluster.fail_next(100_000, ResponseCode.SYSTEM_BUSY, TIMEOUT_CLEAN,
+                           request_codes=PULL, broker="broker-a")
+    try:
+        with pytest.raises(Exception) as caught:
+            spark_read(spark, busy_cluster, "BusyForever", brokerBusyTimeoutMs=500).collect()
+    finally:
+        busy_cluster.clear_faults()
+    text = str(caught.value)
+    assert "broker broker-a at " in text and "brokerBusyTimeoutMs=500" in text
+    assert "kept answering pulls busy" in text and "[TIMEOUT_CLEAN_QUEUE]" in text
+
+
+def test_broker_busy_timeout_is_checked_up_front():
+    base = {"nameServer": "127.0.0.1:9876", "subscribe": "T"}
+    assert parse_source_options(base, False).broker_busy_timeout_ms == 60_000
+    assert parse_source_options({**base, "brokerBusyTimeoutMs": "0"},
+                                False).broker_busy_timeout_ms == 0
+    with pytest.raises(OptionError, match="brokerBusyTimeoutMs"):
+        parse_source_options({**base, "brokerBusyTimeoutMs": "-1"}, False)
 
 
 class FakeClock:

@@ -76,7 +76,8 @@ class ReadSettings:
     retry_backoff: float = 0.1
     retry_backoff_max: float = 2.0
     busy_timeout: float = 60.0       # seconds of nothing but busy answers before giving up
-    busy_backoff_max: float = 5.0    # the longest wait after a busy answer
+    busy_backoff_max: float = 3.0    # the longest wait after a busy answer (as Apache's push
+                                     # consumer waits after a failed pull)
     native: bool = True       # use the native pull loop where it can run
 
 # The source option that sets ``busy_timeout`` (named in the error when it runs out).
