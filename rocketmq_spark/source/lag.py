@@ -21,11 +21,12 @@ from __future__ import annotations
 import ast
 import json
 import logging
+import re
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Deque, Dict, List, Mapping, Optional
+from typing import Deque, Dict, List, Mapping, Optional, Tuple
 
 from pyspark.sql.streaming import StreamingQueryListener
 
@@ -126,8 +127,7 @@ class RocketMQLagListener(StreamingQueryListener):
                  latest_from_broker: Optional[bool] = None):
         self._settings = parse_connection_settings(
             options, " (RocketMQLagListener: pass the options the query's reader was given)")
-        self._latest_from_broker = (not REPORTS_LATEST_OFFSET if latest_from_broker is None
-                                    else latest_from_broker)
+        self._latest_from_broker = latest_from_broker  # None: decided at the first progress
         self._time_lag = time_lag
         self._history = history
         self._on_report = on_report
@@ -202,7 +202,7 @@ class RocketMQLagListener(StreamingQueryListener):
 
     def _report(self, progress, index: int, source) -> Optional[LagReport]:
         latest, end = _json(source.latestOffset), _json(source.endOffset)
-        if self._latest_from_broker and isinstance(end, dict):
+        if self._reads_latest_from_broker() and isinstance(end, dict):
             latest = self._max_offsets([k for k in end if _is_queue(k)])
         if not isinstance(latest, dict) or not isinstance(end, dict):
             return None  # not a rocketmq source, or no latest offset reported yet
@@ -216,6 +216,16 @@ class RocketMQLagListener(StreamingQueryListener):
             batch_id=int(progress.batchId), source=index, timestamp=progress.timestamp,
             measured_at_ms=int(time.time() * 1000), num_input_rows=int(source.numInputRows),
             queues={k: QueueLag(n, stored.get(k)) for k, n in behind.items()})
+
+    def _reads_latest_from_broker(self) -> bool:
+        """By the Spark that runs the source: on Spark Connect the server's, whose version the
+        session PySpark hands the listener tells (its classes are out of the client's reach),
+        not the client's PySpark."""
+        if self._latest_from_broker is None:
+            session = getattr(self, "spark", None)  # set by a Connect session's addListener
+            self._latest_from_broker = (not REPORTS_LATEST_OFFSET if session is None
+                                        else _major_minor(session.version) < (4, 2))
+        return self._latest_from_broker
 
     def _admin_client(self) -> Admin:
         if self._admin is None:
@@ -257,6 +267,10 @@ class RocketMQLagListener(StreamingQueryListener):
             elif value is not None:
                 out[mq.key] = value
         return out
+
+
+def _major_minor(version: str) -> Tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:2])
 
 
 def _json(text: Optional[str]):
