@@ -153,6 +153,51 @@ def test_busy_answers_are_counted_and_logged_once_a_minute(busy_cluster, admin, 
     assert len(lines) == 1 and address in lines[0] and "[TIMEOUT_CLEAN_QUEUE]" in lines[0]
 
 
+@pytest.fixture(scope="module")
+def small_pull_queue():
+    """A broker whose pull queue holds 8 requests (pullThreadPoolQueueCapacity) and drops
+    those that waited 1 ms (waitTimeMillsInPullQueue): eight readers of 16 pulls in flight
+    each overflow it. Queue 0..7 of "Flood" hold 2,000 messages of 1 KB each."""
+    from rocketmq_spark.embedded import EmbeddedCluster
+
+    cluster = EmbeddedCluster(brokers=1, pull_queue_capacity=8, wait_ms_in_pull_queue=1)
+    cluster.start()
+    cluster.create_topic("Flood", queues=8)
+    for queue in range(8):
+        cluster.append("Flood", "broker-a", queue, [b"%d:" % i + b"x" * 1000
+                                                     for i in range(2000)])
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.parametrize("native", ENGINES)
+def test_eight_readers_ride_out_a_full_pull_queue(small_pull_queue, native):
+    """The broker's own flow control (JSON answers without extFields, [OVERLOAD] and
+    [TIMEOUT_CLEAN_QUEUE], overtaking earlier answers): every reader gets its range exactly."""
+    before = small_pull_queue.flow_control_stats()["busy"]
+    brokers, got = BusyBrokers(), {}
+    with Admin(small_pull_queue.namesrv_addr) as admin:
+        def read_queue(mq):
+            reader = QueueRangeReader(admin.brokers, admin.address, mq, 0, 2000, ReadSettings(
+                consumer_group="flood-group", native=native, **FAST), busy_brokers=brokers)
+            offsets = [o for b in reader for o in b.column("queue_offset").to_pylist()]
+            got[mq.queue_id] = (offsets, reader.busy_answers, reader.retries)
+
+        threads = [threading.Thread(target=read_queue, args=(mq,), daemon=True)
+                   for mq in admin.queues("Flood")]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    assert sorted(got) == list(range(8))
+    assert all(offsets == list(range(2000)) for offsets, _, _ in got.values())
+    assert all(retries == 0 for _, _, retries in got.values())
+    busy_answers = small_pull_queue.flow_control_stats()["busy"] - before
+    assert busy_answers > 0 and sum(n for _, n, _ in got.values()) > 0
+
+
 def spark_read(spark, cluster, topic, **options):
     reader = spark.read.format("rocketmq").option("nameServer", cluster.namesrv_addr) \
         .option("subscribe", topic)

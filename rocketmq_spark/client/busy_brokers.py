@@ -1,6 +1,7 @@
 """Back-pressure from a broker in flow control: per-broker backoff for pulls answered busy.
 
-A genuine broker answers SYSTEM_BUSY to a pull that waited longer than
+What is busy is :func:`.backpressure.is_busy` (the sender's side of the same story). A genuine
+broker answers SYSTEM_BUSY to a pull that waited longer than
 ``waitTimeMillsInPullQueue`` (5 s) in its pull thread pool's queue (4.9's BrokerFastFailure,
 ``[TIMEOUT_CLEAN_QUEUE]``) or that found the queue full (``pullThreadPoolQueueCapacity``,
 100,000; NettyRemotingAbstract's ``[OVERLOAD]``); a 5.x rate limit answers FLOW_CONTROL. The
@@ -21,11 +22,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple
 
+from .backpressure import LOG_INTERVAL
 from .errors import RocketMQError
 
 log = logging.getLogger(__name__)
-
-LOG_INTERVAL = 60.0  # seconds between two log lines about one broker's busy answers
 
 
 class BrokerBusyError(RocketMQError):

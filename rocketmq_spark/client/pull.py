@@ -33,10 +33,6 @@ TRANSIENT_CODES = frozenset({
     ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
 })
 
-# Answers of a broker in flow control (a full or slow request queue, a rate limit): it is
-# alive and asks for less, so they are back-pressure, not failures (see busy_brokers.py).
-BUSY_CODES = frozenset({ResponseCode.SYSTEM_BUSY, ResponseCode.FLOW_CONTROL})
-
 
 @dataclass
 class PullResult:
@@ -162,8 +158,3 @@ def is_transient(error: BaseException) -> bool:
     return (isinstance(error, ResponseError) and not isinstance(error, AuthError)
             and error.code in TRANSIENT_CODES)
 
-
-def is_busy(error: BaseException) -> bool:
-    """Whether ``error`` is a broker's flow-control answer (SYSTEM_BUSY, FLOW_CONTROL)."""
-    return (isinstance(error, ResponseError) and not isinstance(error, AuthError)
-            and error.code in BUSY_CODES)

@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import native_pull
+from .backpressure import DEFAULT_BUSY_TIMEOUT, busy_remark, is_busy
 from .broker import BrokerClient
 from .busy_brokers import BUSY_BROKERS, BrokerBusyError, BusyBrokers
 from .errors import DataLossError, MessageDecodeError, RocketMQError, RouteNotFound
@@ -48,7 +49,7 @@ from .protocol.message import MIN_RECORD_SIZE
 from .protocol.properties import split_tags_expression
 from .protocol.route import MessageQueue
 from .native_pull_engine import NativePullEngine
-from .pull import PullRequest, PullResult, PullStatus, is_busy, is_transient
+from .pull import PullRequest, PullResult, PullStatus, is_transient
 from .pull_engine import PullEngine
 from .python_pull_engine import PythonPullEngine
 
@@ -75,7 +76,7 @@ class ReadSettings:
     retry_deadline: float = 60.0
     retry_backoff: float = 0.1
     retry_backoff_max: float = 2.0
-    busy_timeout: float = 60.0       # seconds of nothing but busy answers before giving up
+    busy_timeout: float = DEFAULT_BUSY_TIMEOUT  # seconds of only busy answers before giving up
     busy_backoff_max: float = 3.0    # the longest wait after a busy answer (as Apache's push
                                      # consumer waits after a failed pull)
     native: bool = True       # use the native pull loop where it can run
@@ -215,7 +216,7 @@ class QueueRangeReader:
         address = getattr(exc, "address", "") or self.broker_address()
         self.busy_answers += 1
         self._busy_at = address
-        self.busy_brokers.busy(address, getattr(exc, "remark", ""), s.retry_backoff,
+        self.busy_brokers.busy(address, busy_remark(exc), s.retry_backoff,
                                s.busy_backoff_max)
         seconds, answers, remark = self.busy_brokers.episode(address)
         if seconds > s.busy_timeout:
