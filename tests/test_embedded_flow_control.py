@@ -15,11 +15,16 @@ connections at once, so a backlog builds within a second.
 """
 from __future__ import annotations
 
+import json
+import os
 import re
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import List, Tuple
 
 import pytest
@@ -37,6 +42,10 @@ TIMEOUT_RE = re.compile(r"\[TIMEOUT_CLEAN_QUEUE\]broker busy, start flow control
                         r"period in queue: (\d+)ms, size of queue: (\d+)")
 OVERLOAD = "[OVERLOAD]system busy, start flow control for a while"
 TOPIC = "FloodT"
+PULL, GET_MAX_OFFSET, END_TRANSACTION = 11, 30, 37
+CAPTURE = Path(os.environ.get(
+    "ROCKETMQ_FLOW_CONTROL_CAPTURE_DIR",
+    Path(__file__).resolve().parent / "data" / "capture-rocketmq-4.9.8-flow-control"))
 
 
 def send_frame(i: int, tag: str, serialize: int = SerializeType.ROCKETMQ, *,
@@ -48,6 +57,29 @@ def send_frame(i: int, tag: str, serialize: int = SerializeType.ROCKETMQ, *,
     return encode_frame(RemotingCommand(310, ext, b"%-200d" % i, opaque=i + 1,
                                         flag=FLAG_ONEWAY if oneway else 0,
                                         serialize_type=serialize))
+
+
+def frame(code: int, fields, opaque: int, *, oneway: bool = False,
+          serialize: int = SerializeType.ROCKETMQ) -> bytes:
+    return encode_frame(RemotingCommand(code, fields, opaque=opaque,
+                                        flag=FLAG_ONEWAY if oneway else 0,
+                                        serialize_type=serialize))
+
+
+def pull_frame(i: int, queue_id: int = 0) -> bytes:
+    """A pull at offset 0 filtered by a tag, not suspended: answered at once, by the broker's
+    Python path (the C path answers only unfiltered pulls, too fast to build a backlog from a
+    few thousand requests)."""
+    return frame(PULL, {"consumerGroup": "G", "topic": TOPIC, "queueId": str(queue_id),
+                        "queueOffset": "0", "maxMsgNums": "1", "sysFlag": "4",
+                        "commitOffset": "0", "suspendTimeoutMillis": "0",
+                        "subscription": "TagA", "subVersion": "0"}, i + 1)
+
+
+def sync_frame(opaque: int) -> bytes:
+    """A request answered after everything written before it on its connection was processed
+    or refused (a connection's requests are processed in order)."""
+    return frame(GET_MAX_OFFSET, {"topic": TOPIC, "queueId": "0"}, opaque)
 
 
 class Answers:
@@ -95,6 +127,17 @@ class Answers:
         assert self.count() == n, f"{self.count()} answers, expected {n}"
         return list(self.frames)
 
+    def until(self, opaque: int, timeout: float = 30.0) -> List[RemotingCommand]:
+        """Every answer up to and including the one to ``opaque``, which must come last."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                got = [cmd for _, cmd in self.frames]
+            if got and got[-1].opaque == opaque:
+                return got
+            time.sleep(0.01)
+        raise AssertionError(f"no answer to opaque {opaque} at the end of {len(got)} answers")
+
     def close(self) -> None:
         self.sock.close()
 
@@ -109,6 +152,17 @@ def flood(addr: str, per_connection: List[List[bytes]]) -> List[Answers]:
     for w in writers:
         w.join()
     return conns
+
+
+def answers_of(conns: List[Answers], n: int) -> List[RemotingCommand]:
+    """The ``n`` answers of each connection (closed after), checked to be one per opaque."""
+    out = []
+    for conn in conns:
+        got = [cmd for _, cmd in conn.wait(n)]
+        assert len({cmd.opaque for cmd in got}) == n
+        out += got
+        conn.close()
+    return out
 
 
 def stored(cluster: EmbeddedCluster, topic: str = TOPIC) -> int:
@@ -204,6 +258,217 @@ def test_sends_beyond_the_queue_capacity_get_overload_answers_at_once(make_clust
     stats = cluster.flow_control_stats()
     assert stats["send_overload"] == stats["busy"] == overload
     assert stats["send_queue_peak"] == 50
+
+
+def test_expired_oneway_sends_get_a_busy_answer_and_overflowing_ones_none(make_cluster):
+    """A oneway request never gets a processing answer, but RequestTask.returnResponse (what
+    BrokerFastFailure answers with) writes SYSTEM_BUSY whatever the request's flag, so an
+    expired oneway send is answered, with its opaque; NettyRemotingAbstract answers
+    [OVERLOAD] only to a request that is not oneway. Read from the Apache sources: the capture
+    has no oneway request."""
+    cluster = make_cluster(wait_ms_in_send_queue=5)
+    n = 1500
+    conns = flood(cluster.brokers[0].addr,
+                  [[send_frame(i, f"L{k}_", oneway=True) for i in range(n)] + [sync_frame(n + 1)]
+                   for k in range(3)])
+    busy = 0
+    for conn in conns:
+        answers = conn.until(n + 1)
+        assert answers[-1].code == ResponseCode.SUCCESS
+        for cmd in answers[:-1]:
+            assert cmd.code == ResponseCode.SYSTEM_BUSY and TIMEOUT_RE.fullmatch(cmd.remark)
+            assert 1 <= cmd.opaque <= n
+        busy += len(answers) - 1
+        conn.close()
+    assert busy and stored(cluster) == 3 * n - busy
+    assert cluster.flow_control_stats()["send_timeout"] == busy
+
+    cluster = make_cluster(send_queue_capacity=20)
+    conns = flood(cluster.brokers[0].addr,
+                  [[send_frame(i, f"L{k}_", oneway=True) for i in range(n)] + [sync_frame(n + 1)]
+                   for k in range(3)])
+    for conn in conns:
+        assert [cmd.opaque for cmd in conn.until(n + 1)] == [n + 1]
+        conn.close()
+    dropped = cluster.flow_control_stats()["send_overload"]
+    assert dropped and stored(cluster) == 3 * n - dropped
+    assert cluster.flow_control_stats()["busy"] == 0  # counted, never answered
+
+
+def test_end_transaction_queue_expires_with_its_own_limit(make_cluster):
+    """BrokerFastFailure cleans the END_TRANSACTION queue too (waitTimeMillsInTransactionQueue),
+    and not with the send queue's limit. The sink's END_TRANSACTION is oneway: an expired one
+    is answered SYSTEM_BUSY and not applied."""
+    ends = [[frame(END_TRANSACTION, {"producerGroup": "G", "tranStateTableOffset": "0",
+                                     "commitLogOffset": str(10 ** 9 + i),
+                                     "commitOrRollback": "8", "fromTransactionCheck": "false",
+                                     "msgId": "7F000001000000000000000000000000"},
+                   i + 1, oneway=True) for i in range(2000)] + [sync_frame(2001)]
+            for _ in range(3)]
+    cluster = make_cluster(wait_ms_in_send_queue=1)  # not the END_TRANSACTION queue's limit
+    for conn in flood(cluster.brokers[0].addr, ends):
+        assert [cmd.opaque for cmd in conn.until(2001)] == [2001]
+        conn.close()
+    assert cluster.flow_control_stats()["busy"] == 0
+    cluster = make_cluster(wait_ms_in_transaction_queue=2)
+    busy = 0
+    for conn in flood(cluster.brokers[0].addr, ends):
+        got = conn.until(2001)
+        assert all(TIMEOUT_RE.fullmatch(cmd.remark or "") for cmd in got[:-1])
+        busy += len(got) - 1
+        conn.close()
+    stats = cluster.flow_control_stats()
+    assert busy and stats["transaction_timeout"] == busy and stats["send_timeout"] == 0
+
+
+# ------------------------------------------------------------------ the pull queue
+
+def test_pipelined_pulls_get_busy_answers_with_the_pull_limits(make_cluster):
+    """PULL_MESSAGE goes to its own executor (BrokerController.registerProcessor) whose queue
+    BrokerFastFailure cleans with waitTimeMillsInPullQueue and which holds
+    pullThreadPoolQueueCapacity; the send queue's limits do not apply to it."""
+    cluster = make_cluster(wait_ms_in_send_queue=1)
+    b = cluster.brokers[0].name
+    cluster.append(TOPIC, b, 0, [b"m"] * 3)
+    n = 1500
+    pulls = [[pull_frame(i) for i in range(n)] for _ in range(3)]
+    got = answers_of(flood(cluster.brokers[0].addr, pulls), n)
+    assert ResponseCode.SYSTEM_BUSY not in {cmd.code for cmd in got}
+
+    cluster = make_cluster(wait_ms_in_pull_queue=2)
+    cluster.append(TOPIC, b, 0, [b"m"] * 3)
+    got = answers_of(flood(cluster.brokers[0].addr, pulls), n)
+    busy = [cmd for cmd in got if cmd.code == ResponseCode.SYSTEM_BUSY]
+    assert busy and len(busy) < len(got)
+    for cmd in busy:
+        period, _ = map(int, TIMEOUT_RE.fullmatch(cmd.remark).groups())
+        assert period >= 2 and cmd.ext_fields is None and not cmd.body
+    stats = cluster.flow_control_stats()
+    assert stats["pull_timeout"] == stats["busy"] == len(busy) and stats["send_timeout"] == 0
+
+    cluster = make_cluster(pull_queue_capacity=30)
+    cluster.append(TOPIC, b, 0, [b"m"] * 3)
+    got = answers_of(flood(cluster.brokers[0].addr, pulls), n)
+    overload = [cmd for cmd in got if cmd.code == ResponseCode.SYSTEM_BUSY]
+    assert overload and {cmd.remark for cmd in overload} == {OVERLOAD}
+    assert cluster.flow_control_stats()["pull_overload"] == len(overload)
+
+
+# ------------------------------------------------------------------ the genuine capture
+
+def _capture_frames() -> List[dict]:
+    path = CAPTURE / "frames.jsonl"
+    if not path.is_file():
+        pytest.fail(f"the flow-control capture is missing at {path}")
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def _wire(record: dict) -> bytes:
+    header = (record["header_text"].encode("utf-8") if "header_text" in record
+              else bytes.fromhex(record["header_hex"]))
+    word = (1 if record["serialize"] == "ROCKETMQ" else 0) << 24 | len(header)
+    body = bytes.fromhex(record["body_hex"])
+    return struct.pack(">II", 4 + len(header) + len(body), word) + header + body
+
+
+def _shape(header: bytes) -> bytes:
+    """A JSON busy header with its numbers (opaque, period, size) blanked."""
+    return re.sub(rb'"opaque":\d+', b'"opaque":N',
+                  re.sub(rb"\d+ms, size of queue: \d+", b"Nms, size of queue: N", header))
+
+
+def test_replayed_capture_requests_get_the_genuine_answer_kinds_and_wire_form(make_cluster):
+    """The capture's observed requests (JSON on one connection, ROCKETMQ on the other), sent
+    again while three load connections flood the broker, as in the capture: each gets one
+    answer, SUCCESS or SYSTEM_BUSY [TIMEOUT_CLEAN_QUEUE] and nothing else; busy answers are
+    JSON with the genuine header layout byte for byte (up to the numbers) on both; SUCCESS
+    answers keep the request's serialization and the genuine ext fields."""
+    records = _capture_frames()
+    requests = {conn: [r for r in records if r["conn"] == conn and r["rpc"] == "request"]
+                for conn in (0, 1)}
+    genuine = {(r["conn"], r["code_name"]): r for r in records if r["rpc"] == "response"}
+    cluster = make_cluster(wait_ms_in_send_queue=5)
+    addr = cluster.brokers[0].addr
+    observed = [Answers(addr) for _ in (0, 1)]
+
+    def write(first: int, last: int) -> None:
+        for conn, sock in zip((0, 1), observed):
+            sock.sock.sendall(b"".join(_wire(r) for r in requests[conn][first:last]))
+
+    write(0, 5)  # an idle broker: answered at once
+    for sock in observed:
+        sock.wait(5)
+    loaders = [Answers(addr) for _ in range(3)]
+    writers = [threading.Thread(target=sock.sock.sendall,
+                                args=(b"".join(send_frame(i, f"L{k}_") for i in range(2000)),))
+               for k, sock in enumerate(loaders)]
+    for w in writers:
+        w.start()
+    for batch in range(5, 45, 5):  # read among the load, behind what waits
+        write(batch, batch + 5)
+    for w in writers:
+        w.join()
+    answers_of(loaders, 2000)
+    write(45, 50)  # idle again
+    kinds = set()
+    for conn, sock in zip((0, 1), observed):
+        got = sock.wait(50)
+        assert sorted(cmd.opaque for _, cmd in got) == list(range(1, 51))
+        for raw, cmd in got:
+            if cmd.code == ResponseCode.SYSTEM_BUSY:
+                kinds.add("busy")
+                want = _wire(genuine[(conn, "SYSTEM_BUSY")])
+                assert raw[4] == SerializeType.JSON
+                assert _shape(raw[8:]) == _shape(want[8:]), (raw, want)
+                continue
+            assert cmd.code == ResponseCode.SUCCESS, (cmd.code, cmd.remark)
+            kinds.add("success")
+            want = genuine[(conn, "SUCCESS")]
+            assert raw[4] == (1 if want["serialize"] == "ROCKETMQ" else 0)
+            if want["serialize"] == "JSON":
+                assert list(cmd.ext_fields) == list(want["header"]["extFields"])
+            else:  # the send handler's ROCKETMQ field order is not this test's subject
+                assert set(cmd.ext_fields) == set(want["header"]["extFields"])
+        sock.close()
+    assert kinds == {"busy", "success"}
+
+
+# ------------------------------------------------------------------ the command line
+
+def test_command_line_flags_set_the_limits():
+    """``python -m rocketmq_spark.embedded`` with the flow-control flags: a busy answer for
+    sends, [OVERLOAD] for pulls; a bad value exits naming the option."""
+    bad = subprocess.run([sys.executable, "-m", "rocketmq_spark.embedded",
+                          "--wait-ms-in-pull-queue", "-3"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 1 and "wait_ms_in_pull_queue" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "rocketmq_spark.embedded",
+                             "--topic", f"{TOPIC}:4", "--wait-ms-in-send-queue", "2",
+                             "--send-queue-capacity", "100000", "--pull-queue-capacity", "7",
+                             "--wait-ms-in-pull-queue", "60000"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        addr = None
+        for line in proc.stdout:
+            if line.startswith("broker "):
+                addr = line.split()[2]
+            if line.strip() == "ready":
+                break
+        assert addr, "the server printed no broker address"
+        got = answers_of(flood(addr, [[send_frame(i, f"L{k}_") for i in range(1500)]
+                                      for k in range(3)]), 1500)
+        periods = [int(TIMEOUT_RE.fullmatch(cmd.remark).group(1)) for cmd in got
+                   if cmd.code == ResponseCode.SYSTEM_BUSY]
+        assert periods and min(periods) >= 2
+        assert min(periods) < 200  # not the default limit
+        got = answers_of(flood(addr, [[pull_frame(i) for i in range(300)] for _ in range(3)]),
+                         300)
+        assert OVERLOAD in {cmd.remark for cmd in got}
+    finally:
+        proc.terminate()
+        proc.wait(30)
 
 
 # ------------------------------------------------------------------ settings

@@ -28,7 +28,7 @@ from .consumers import (
 from .context import BrokerContext
 from .fast_paths import BrokerFastPaths
 from .faults import FaultInjector
-from .flow_control import RequestQueues
+from .flow_control import LocalConnection, RequestQueues
 from .headers import HeaderError, java_bool, opt_int, opt_str, req_int, req_long, req_str
 from .long_poll import LongPollService
 from .nameserver import NameServer, unsupported
@@ -194,6 +194,11 @@ class Broker:
     def connection_closed(self, conn: ServerConnection) -> None:
         self.long_poll.connection_closed(conn)
         self.clients.connection_closed(conn)
+
+    def queued_request(self, peer: str, cmd: RemotingCommand) -> "asyncio.Future":
+        """The answer to ``cmd`` from an in-process client at ``peer`` (the gRPC proxy), after
+        it waited in this broker's queues like a remote client's request."""
+        return LocalConnection(self.server, peer).request(cmd)
 
     def _send(self, conn: ServerConnection, cmd: RemotingCommand) -> RemotingCommand:
         return handle_send(self.context, conn, cmd)

@@ -36,7 +36,7 @@ from collections import deque
 from typing import Deque, Dict, List, Optional, Tuple
 
 from ..client.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode, SerializeType
-from ..client.protocol.frame import MAX_FRAME_BYTES, RemotingCommand, encode_frame
+from ..client.protocol.frame import MAX_FRAME_BYTES, FrameDecoder, RemotingCommand, encode_frame
 from .options import ServerOptions
 
 SEND, PULL, HEARTBEAT, TRANSACTION, OTHER = range(5)
@@ -181,26 +181,26 @@ class RequestQueues:
         if not frames:
             return
         counts = [0] * len(EXECUTORS)
-        kept: List[Optional[Frame]] = []
-        overload: List[bytes] = []
+        kept: List[Optional[Frame]] = list(frames)  # a refused frame is None: runs of the
+        overload: List[bytes] = []                   # others are contiguous bytes
         queued, capacity, stats = self.queued, self.capacity, self.stats
-        for frame in frames:
+        for i, frame in enumerate(frames):
             kind = frame[2]
             if kind != OTHER and queued[kind] >= capacity[kind]:
                 stats[f"{EXECUTORS[kind]}_overload"] += 1
                 if not frame[4]:
                     stats["busy"] += 1
                     overload.append(busy_answer(frame[3], OVERLOAD_REMARK, self.version))
+                kept[i] = None
                 continue
             queued[kind] += 1
             counts[kind] += 1
-            kept.append(frame)
         for kind, n in enumerate(counts[:OTHER]):
             if n and queued[kind] > stats[f"{EXECUTORS[kind]}_queue_peak"]:
                 stats[f"{EXECUTORS[kind]}_queue_peak"] = queued[kind]
         if overload:
             conn.write(b"".join(overload))
-        if kept:
+        if any(counts):
             self.reads.append(QueuedRead(conn, data, now, kept, counts))
 
     # ---------------------------------------------------------------- the executor
@@ -293,3 +293,42 @@ class RequestQueues:
                         busy_answer(frame[3], remark, self.version))
         for conn, frames in answers.items():
             conn.write(b"".join(frames))
+
+
+class LocalConnection:
+    """One request of an in-process client (the embedded 5.x proxy, which a genuine proxy is
+    a remoting client of its broker for): it waits in the broker's queues as a remote
+    client's does, and its answer, busy or not, resolves :attr:`answer`."""
+
+    trusted = True  # no ACL check: the proxy checked its client's (a genuine proxy signs
+    #                 what it sends its brokers with its own account)
+
+    def __init__(self, server, peer: str):
+        self.server = server
+        self.peer = peer            # the born host of what it sends
+        self.closed = False
+        self.transport = self       # where the server writes answers it batched
+        self._corked = None
+        self.answer: asyncio.Future = asyncio.get_running_loop().create_future()
+
+    def request(self, cmd: RemotingCommand) -> asyncio.Future:
+        self.server.flow_control.arrive(self, encode_frame(cmd))
+        return self.answer
+
+    def send(self, cmd: RemotingCommand) -> None:
+        if not self.answer.done():
+            self.answer.set_result(cmd)
+
+    def write(self, data: bytes) -> None:
+        for cmd in FrameDecoder().feed(data):
+            self.send(cmd)
+
+    def refuse_stream(self, reason: str) -> None:
+        if not self.answer.done():
+            self.answer.set_exception(ConnectionError(reason))
+
+    def hold(self, data) -> None:  # pragma: no cover - a request is one whole frame
+        raise AssertionError("an in-process request is always a whole frame")
+
+    def close(self) -> None:
+        self.closed = True

@@ -59,13 +59,6 @@ MAX_LONG_POLL = 30.0
 DEFAULT_INVISIBLE = 30.0
 
 
-class _ProxyConnection:
-    """What the broker's send handler needs of a connection: the peer it names as born host."""
-
-    def __init__(self, peer: str):
-        self.peer = peer
-
-
 def _peer_address(context) -> str:
     """``ipv4:127.0.0.1:5000`` -> ``127.0.0.1:5000`` (the born host of messages)."""
     peer = context.peer() or ""
@@ -278,11 +271,11 @@ class GrpcProxy(service_grpc.MessagingServiceServicer):
         if refusal is not None:
             return service.SendMessageResponse(status=refusal)
         try:
-            return self._send(request, _peer_address(context))
+            return await self._send(request, _peer_address(context))
         except Refused as exc:
             return service.SendMessageResponse(status=exc.status)
 
-    def _send(self, request, peer: str) -> service.SendMessageResponse:
+    async def _send(self, request, peer: str) -> service.SendMessageResponse:
         messages = request.messages
         topic, properties = checked_properties(messages, self.max_message_size,
                                                self._properties)
@@ -295,7 +288,8 @@ class GrpcProxy(service_grpc.MessagingServiceServicer):
         else:
             queue, broker = writable[next(self._rr) % len(writable)]
         request = broker_request(messages, properties, topic, queue.queue_id, broker.name)
-        return send_response(messages, broker.handle(_ProxyConnection(peer), request))
+        # as Apache's proxy, a client of the broker: the request waits in its send queue
+        return send_response(messages, await broker.queued_request(peer, request))
 
 
     # ---------------------------------------------------------------- receiving
