@@ -434,6 +434,62 @@ def test_replayed_capture_requests_get_the_genuine_answer_kinds_and_wire_form(ma
     assert kinds == {"busy", "success"}
 
 
+# ------------------------------------------------------------------ the 5.x proxy
+
+def test_a_busy_broker_reaches_a_grpc_client_as_apache_proxy_answers(make_cluster):
+    """Apache's 5.x proxy is a remoting client of its broker: its SendMessage waits in the
+    broker's send queue like any send. A SYSTEM_BUSY answer becomes MQBrokerException
+    (MQClientAPIImpl.processSendResponse), which the proxy's ResponseBuilder.buildStatus turns
+    into status TOO_MANY_REQUESTS with the broker's remark as message
+    (buildCode: SYSTEM_BUSY -> TOO_MANY_REQUESTS; mqBrokerException.getErrorMessage())."""
+    import grpc
+
+    from rocketmq_spark.client.grpc import definition_pb2 as definition
+    from rocketmq_spark.client.grpc import service_pb2 as service
+    from rocketmq_spark.client.grpc import service_pb2_grpc
+
+    cluster = make_cluster(grpc_proxy=True, grpc_proxy_tls=False, wait_ms_in_send_queue=2)
+    addr = cluster.brokers[0].addr
+    stop = threading.Event()
+    loaders = [Answers(addr) for _ in range(3)]
+
+    def load(sock: Answers, k: int) -> None:  # keeps the broker behind until stopped
+        i = 0
+        while not stop.is_set():
+            sock.sock.sendall(b"".join(send_frame(i + j, f"L{k}_") for j in range(300)))
+            i += 300
+
+    writers = [threading.Thread(target=load, args=(sock, k), daemon=True)
+               for k, sock in enumerate(loaders)]
+    for w in writers:
+        w.start()
+    statuses = []
+    try:
+        with grpc.insecure_channel(cluster.proxy_endpoint) as channel:
+            stub = service_pb2_grpc.MessagingServiceStub(channel)
+            for i in range(200):
+                message = definition.Message(
+                    topic=definition.Resource(name=TOPIC), body=b"grpc-%d" % i,
+                    system_properties=definition.SystemProperties(message_id=f"G{i}"))
+                answer = stub.SendMessage(service.SendMessageRequest(messages=[message]),
+                                          timeout=30)
+                statuses.append(answer.status)
+                if answer.status.code == definition.TOO_MANY_REQUESTS:
+                    assert not answer.entries
+                    break
+    finally:
+        stop.set()
+        for w in writers:
+            w.join(30)
+        for sock in loaders:
+            sock.close()
+    busy = statuses[-1]
+    assert busy.code == definition.TOO_MANY_REQUESTS, statuses[-3:]
+    period, _ = map(int, TIMEOUT_RE.fullmatch(busy.message).groups())
+    assert period >= 2
+    assert {s.code for s in statuses[:-1]} <= {definition.OK}
+
+
 # ------------------------------------------------------------------ the command line
 
 def test_command_line_flags_set_the_limits():
