@@ -67,7 +67,8 @@ class PythonPullEngine(PullEngine):
         nums, address, pending = self.inflight.pop(offset)
         result = reader.brokers.pull_wait(address, pending, self.settings.pull_timeout)
         if result.status is PullStatus.FOUND:
-            self.widen()
+            if self.window < self.depth:
+                self.widen()
             if not reader.tags:
                 self._learn(result.next_begin_offset - offset, nums, result.next_begin_offset)
         return offset, result
