@@ -157,4 +157,3 @@ def is_transient(error: BaseException) -> bool:
         return error.transient
     return (isinstance(error, ResponseError) and not isinstance(error, AuthError)
             and error.code in TRANSIENT_CODES)
-

@@ -160,6 +160,7 @@ class QueueRangeReader:
                 try:
                     if self.busy_brokers.active:  # some broker is in flow control
                         self._hold()
+                    before = offset
                     offset, result = pulls.advance(offset)
                 except RocketMQError as exc:
                     offset = pulls.resume_offset(offset)
@@ -172,8 +173,8 @@ class QueueRangeReader:
                         raise
                     self._retry(exc, offset, pulls)
                     continue
-                if self._busy_at is not None:  # the broker answered: its episode is over
-                    self.busy_brokers.end_episode(self._busy_at)
+                if self._busy_at is not None and (result is not None or offset != before):
+                    self.busy_brokers.end_episode(self._busy_at)  # the broker answered
                     self._busy_at = None
                 self._failures_since, self._backoff = None, s.retry_backoff
                 if result is not None:
