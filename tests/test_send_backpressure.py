@@ -31,7 +31,9 @@ from rocketmq_spark.client.protocol.message import decode_messages
 from rocketmq_spark.client.protocol.properties import SHARDING_KEY
 from rocketmq_spark.client.remoting import RemotingClient
 from rocketmq_spark.client.send_pipeline import BrokerStayedBusy, Outgoing, SendFailed
-from rocketmq_spark.client.transaction import HalfHandle, Outcome, end_transactions
+from rocketmq_spark.client.transaction import (
+    END_TRANSACTION, HalfHandle, Outcome, end_transactions, end_transactions_confirmed,
+)
 from rocketmq_spark.sink.ids import TaskIdentity, message_id
 from rocketmq_spark.sink.options import parse_sink_options
 from rocketmq_spark.sink.schema import plan_columns
@@ -345,4 +347,23 @@ def test_an_exactly_once_task_whose_broker_stays_busy_rolls_back_what_it_stored(
     wait_until(lambda: not one_broker.pending_transactions("broker-a"), 10,
                "every stored half rolled back")
     assert one_broker.transaction_stats("broker-a")["checks_sent"] == 0
+    assert stored_bodies(one_broker, topic) == []
+
+
+def test_confirmed_rollbacks_send_again_what_a_busy_broker_refused(one_broker, unique_name):
+    """A failing task rolls its halves back with END_TRANSACTIONs the broker answers; those
+    answered busy were not applied (RequestTask.returnResponse drops the request) and are
+    sent again."""
+    topic = unique_name("EoRollback")
+    one_broker.create_topic(topic, 4)
+    summary, _ = half_task(one_broker, topic, range(300), "eo-rb")
+    handles = [HalfHandle.from_tuple(t) for t in summary.handles]
+    one_broker.fail_next(50, ResponseCode.SYSTEM_BUSY, TIMEOUT_CLEAN_QUEUE,
+                         request_codes=[END_TRANSACTION])
+    with RemotingClient() as remoting:
+        applied, missed = end_transactions_confirmed(remoting, "eo-rb", handles,
+                                                     Outcome.ROLLBACK, 10.0)
+    assert (applied, missed) == (300, [])
+    assert not one_broker.pending_transactions("broker-a")
+    assert one_broker.flow_control_stats()["busy"] == 0, "the 50 came from the fault rule"
     assert stored_bodies(one_broker, topic) == []

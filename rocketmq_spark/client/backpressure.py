@@ -109,11 +109,20 @@ def refused_in_part(outcomes: Sequence[Tuple[object, Optional[BaseException]]]
 class SendWindow:
     """One broker's requests in flight (AIMD) and its backoff.
 
-    ``epoch`` changes at every cut: a busy answer to a request sent before the last cut says
-    nothing new (the whole run of requests in flight then was refused together) and cuts
-    nothing more, as TCP halves its window once per round trip."""
+    Counted in requests on the wire: a run of single sends (half messages) is as many
+    requests as messages, so ``maximum`` is ``max_items`` items of the largest seen
+    (``unit`` requests); a pipeline cuts a run to fit a smaller window. A busy answer halves
+    the window (from what was in flight, when less), never below 1; successes grow it back
+    by ``unit / 8`` (at least 1) requests per window's worth, never above ``maximum``.
 
-    maximum: int
+    ``epoch`` changes at every cut: a busy answer to a request sent before the last cut says
+    nothing new (the requests in flight then were refused together) and cuts nothing more,
+    as TCP halves its window once per round trip. Each cut also sets ``ready_at``, before
+    which nothing new goes to the broker: a backoff doubling from ``first`` up to ``cap``,
+    with equal jitter, back to ``first`` after a success."""
+
+    max_items: int
+    unit: int = 1
     limit: float = 0.0
     epoch: int = 0
     ready_at: float = 0.0
@@ -123,26 +132,40 @@ class SendWindow:
     rng: Callable[[], float] = random.random
 
     def __post_init__(self) -> None:
-        if self.maximum < 1:
+        if self.max_items < 1:
             raise ValueError("the most requests in flight must be at least 1")
         self.limit = float(self.maximum)
+
+    @property
+    def maximum(self) -> int:
+        return self.max_items * self.unit
 
     @property
     def size(self) -> int:
         """How many requests may be in flight now."""
         return max(1, int(self.limit))
 
-    def on_success(self, epoch: int) -> None:
-        """A request sent in ``epoch`` was stored: grow by one per window of successes."""
-        self.limit = min(float(self.maximum), self.limit + 1.0 / self.limit)
+    def fit(self, requests: int) -> None:
+        """An item of ``requests`` requests is coming: a window never cut grows with it."""
+        if requests > self.unit:
+            whole = self.limit >= self.maximum
+            self.unit = requests
+            if whole:
+                self.limit = float(self.maximum)
+
+    def on_success(self, epoch: int, requests: int = 1) -> None:
+        """``requests`` requests sent in ``epoch`` were stored."""
+        step = max(1.0, self.unit / 8.0)
+        self.limit = min(float(self.maximum), self.limit + requests * step / self.limit)
         if epoch == self.epoch:
             self.backoff_step = 0
 
-    def on_busy(self, epoch: int, now: float) -> None:
-        """A request sent in ``epoch`` was refused as busy: halve and back off (once per
-        epoch); later answers of the same epoch only keep the backoff."""
+    def on_busy(self, epoch: int, now: float, in_flight: Optional[int] = None) -> None:
+        """A request sent in ``epoch`` was refused as busy (``in_flight``: requests on the
+        wire to the broker then): halve and back off, once per epoch."""
         if epoch == self.epoch:
-            self.limit = max(1.0, self.limit / 2.0)
+            base = self.limit if in_flight is None else min(self.limit, float(in_flight))
+            self.limit = max(1.0, base / 2.0)
             self.epoch += 1
             self.backoff_step += 1
             delay = min(self.cap, self.first * (2 ** (self.backoff_step - 1)))

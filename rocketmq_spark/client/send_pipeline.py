@@ -20,6 +20,7 @@ or a gRPC producer) starts and finishes the requests.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import random
@@ -27,7 +28,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import (
-    Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Optional, Protocol, Sequence,
+    Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Optional, Protocol, Sequence, Tuple,
 )
 
 from .backpressure import (
@@ -62,9 +63,11 @@ class Outgoing:
 
 
 class Sender(Protocol):
-    """What a pipeline needs from a transport. A sender whose requests may be refused in part
-    (:class:`~.backpressure.PartlyRefused` from :meth:`finish`) also has
-    ``narrow(payload, positions)``: the payload of just those messages, in that order."""
+    """What a pipeline needs from a transport. A sender whose payloads are runs, a request
+    per message, also has ``narrow(payload, positions)``: the payload of just those messages,
+    in that order; its :meth:`finish` gives a result per message and may raise
+    :class:`~.backpressure.PartlyRefused`. (``narrow`` absent or None: a payload is one
+    request, answered as a whole.)"""
 
     def queues(self, topic: str, refresh: bool = False) -> Sequence[MessageQueue]:
         """The topic's writable queues."""
@@ -132,8 +135,8 @@ def retryable(error: BaseException) -> bool:
 
 @dataclass
 class PipelineStats:
-    """What a pipeline sent: acknowledged messages and requests, retries (real failures) and
-    busy answers (back-pressure, one per refused request), per broker."""
+    """What a pipeline sent: acknowledged messages, requests on the wire and bytes, retries
+    (real failures) and busy answers (back-pressure, one per refused request), per broker."""
 
     messages: int = 0
     requests: int = 0
@@ -144,17 +147,32 @@ class PipelineStats:
     busy_by_broker: Dict[str, int] = field(default_factory=dict)
 
 
-@dataclass
-class _Pending:
-    """A submitted request until every message of it is stored: what is left to send
-    (``payload``, ``count``; ``where``: those messages' places in ``item``), the results
-    stored so far (``slots``, when answered in parts), its attempts and deadline."""
+@dataclass(eq=False)
+class _Item:
+    """A submitted request until every message of it is stored: the results stored so far,
+    in the item's order (``slots``, once it was sent or answered in parts)."""
 
     item: Outgoing
+    left: int
+    slots: Optional[List[Any]] = None
+    queue: Optional[MessageQueue] = None
+
+    def stored(self) -> List[Any]:
+        return [] if self.slots is None else [s for s in self.slots if s is not None]
+
+
+@dataclass(eq=False)
+class _Part:
+    """What of an item one request carries (all of it, or the messages at ``where``), with
+    its attempts and send deadline."""
+
+    whole: _Item
     payload: Any
     count: int
+    where: Optional[List[int]] = None
     queue: Optional[MessageQueue] = None
     handle: Any = None
+    weight: int = 1
     attempts: int = 1
     started: Optional[float] = None
     deadline: Optional[float] = None
@@ -165,25 +183,21 @@ class _Pending:
     avoid: Sequence[str] = ()
     refresh: bool = False
     brokers: List[str] = field(default_factory=list)
-    where: Optional[List[int]] = None
-    slots: Optional[List[Any]] = None
 
     def outgoing(self) -> Outgoing:
+        item = self.whole.item
         if self.where is None:
-            return self.item
-        item = self.item
+            return item
         return Outgoing(item.topic, self.payload, self.count,
                         item.size * self.count // max(item.count, 1), item.queue, item.first_row)
-
-    def stored(self) -> List[Any]:
-        return [] if self.slots is None else [s for s in self.slots if s is not None]
 
 
 @dataclass
 class _Broker:
-    fifo: Deque[_Pending]
+    fifo: Deque[_Part]
     window: SendWindow
     clock: BusyClock = field(default_factory=BusyClock)
+    requests: int = 0  # on the wire
 
 
 class SendPipeline:
@@ -192,16 +206,17 @@ class SendPipeline:
     ``accept``: the statuses that count as acknowledged (SEND_OK, plus any of
     FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE); another status is retried
     like a transient failure. ``on_result(item, queue, results)`` sees every acknowledged
-    request once, with its results in order (also when it was answered in parts). A request
-    that cannot be acknowledged raises :class:`SendFailed` from :meth:`submit` or
+    request once, with its results in order (also when it was sent or answered in parts). A
+    request that cannot be acknowledged raises :class:`SendFailed` from :meth:`submit` or
     :meth:`flush`; requests already acknowledged stay sent, and :meth:`unreported` gives the
     results stored of requests not reported to ``on_result``.
 
-    ``max_in_flight_per_broker`` is each broker's largest window; a busy broker's is smaller
-    for a while. ``busy_timeout``: how long a broker may answer nothing but busy before the
-    send fails; ``busy_timeout_name`` names it in that error (the caller's option).
-    ``busy_log``: where busy answers are counted and logged (default: the sender's, so one
-    producer logs once a minute whatever the number of pipelines).
+    ``max_in_flight_per_broker`` requests may wait for an answer per broker (a run of single
+    sends, from a sender with ``narrow``, counts as its messages and is cut to fit when a
+    busy broker's window is smaller). ``busy_timeout``: how long a broker may answer nothing
+    but busy before the send fails; ``busy_timeout_name`` names it in that error (the
+    caller's option). ``busy_log``: where busy answers are counted and logged (default: the
+    sender's, so one producer logs once a minute whatever the number of pipelines).
     """
 
     def __init__(self, sender: Sender, *, max_in_flight_per_broker: int = 4,
@@ -222,11 +237,12 @@ class SendPipeline:
         self.busy_timeout_name = busy_timeout_name
         self.busy_log = busy_log or getattr(sender, "busy_log", None) or BusyLog()
         self.stats = PipelineStats()
+        self._narrow = getattr(sender, "narrow", None)  # runs: a request per message
         self._rr = itertools.count(random.randrange(1 << 16))
         self._brokers: Dict[str, _Broker] = {}
-        self._fixed: Dict[MessageQueue, _Pending] = {}  # fixed queue -> its one request
-        self._waiting: Deque[_Pending] = deque()  # to send again (busy, or a retry)
-        self._open: Dict[int, _Pending] = {}  # every request not yet reported, by id()
+        self._fixed: Dict[MessageQueue, _Item] = {}  # fixed queue -> its one item
+        self._waiting: Deque[_Part] = deque()  # to send (again): busy, a retry, a cut run
+        self._open: Dict[int, _Item] = {}  # every item not yet reported, by id()
 
     # ------------------------------------------------------------------ public
 
@@ -234,13 +250,13 @@ class SendPipeline:
         """Send ``item``; blocks while its broker (or its fixed queue) is at its limit or
         backing off."""
         self._send_waiting()
-        entry = _Pending(item, item.payload, item.count)
-        self._open[id(entry)] = entry
+        whole = _Item(item, item.count)
+        self._open[id(whole)] = whole
         if item.queue is not None:
             while item.queue in self._fixed:
                 self._advance(self._fixed[item.queue])
-            self._fixed[item.queue] = entry
-        self._send(entry)
+            self._fixed[item.queue] = whole
+        self._send(_Part(whole, item.payload, item.count))
 
     def flush(self) -> PipelineStats:
         """Wait until every submitted request is acknowledged (or raise)."""
@@ -258,15 +274,15 @@ class SendPipeline:
         return sum(len(b.fifo) for b in self._brokers.values())
 
     def window(self, broker: str) -> int:
-        """How many requests ``broker`` may have in flight now."""
+        """How many requests ``broker`` may have on the wire now."""
         state = self._brokers.get(broker)
         return self.max_in_flight if state is None else state.window.size
 
     def unreported(self) -> List[Any]:
         """Results of messages stored for requests that were not reported to ``on_result``
-        (refused in part and still pending, or failed): what a caller that gives up must undo
-        (half messages to roll back)."""
-        return [r for e in self._open.values() for r in e.stored()]
+        (sent or answered in parts and still pending, or failed): what a caller that gives
+        up must undo (half messages to roll back)."""
+        return [r for whole in self._open.values() for r in whole.stored()]
 
     # ------------------------------------------------------------------ internals
 
@@ -281,131 +297,168 @@ class SendPipeline:
         fresh = [q for q in queues if q.broker_name not in avoid] or queues
         return fresh[next(self._rr) % len(fresh)]
 
-    def _choose(self, entry: _Pending) -> MessageQueue:
-        """The entry's queue: its fixed one, or the next one round robin, away from the
-        broker that just failed it and from brokers backing off."""
-        if entry.item.queue is not None:
-            return entry.item.queue
-        if entry.started is None and entry.queue is not None:
-            return entry.queue  # chosen before it was queued
+    def _choose(self, part: _Part) -> MessageQueue:
+        """The part's queue: its item's fixed one, or the next one round robin, away from
+        the broker that just failed it and from brokers backing off."""
+        item = part.whole.item
+        if item.queue is not None:
+            return item.queue
+        if part.started is None and part.queue is not None:
+            return part.queue  # chosen before it was queued
         now = time.monotonic()
-        avoid = list(entry.avoid) + [n for n, b in self._brokers.items() if b.window.wait(now)]
-        if not entry.refresh:
-            return self._pick(entry.item.topic, avoid)
+        avoid = list(part.avoid) + [n for n, b in self._brokers.items() if b.window.wait(now)]
+        if not part.refresh:
+            return self._pick(item.topic, avoid)
         try:
-            return self._pick(entry.item.topic, avoid, refresh=True)
+            return self._pick(item.topic, avoid, refresh=True)
         except RocketMQError as route_error:
-            raise self._send_failed(entry, route_error) from route_error
+            raise self._send_failed(part, route_error) from route_error
 
-    def _advance(self, holder: _Pending) -> None:
-        """Make progress on the request holding a fixed queue."""
-        if holder.handle is None:
+    def _advance(self, holder: _Item) -> None:
+        """Make progress on the item holding a fixed queue."""
+        if self._waiting:
             self._send_waiting()
         else:
-            self._finish_oldest(self._broker(holder.queue.broker_name))
+            self._finish_oldest(self._broker(holder.item.queue.broker_name))
 
     def _send_waiting(self) -> None:
         while self._waiting:
             self._send(self._waiting.popleft())
 
-    def _send(self, entry: _Pending) -> None:
-        """Start ``entry`` once its broker has room and is not backing off."""
-        queue = self._choose(entry)
+    def _send(self, part: _Part) -> None:
+        """Start ``part`` once its broker has room and is not backing off; a run larger than
+        a busy broker's window is cut, its rest sent next."""
+        queue = self._choose(part)
         broker = self._broker(queue.broker_name)
+        window = broker.window
+        weight = part.count if self._narrow is not None else 1
+        window.fit(part.whole.item.count if self._narrow is not None else 1)
         while True:
             now = time.monotonic()
-            if len(broker.fifo) >= broker.window.size:
+            room = window.size - broker.requests
+            if broker.fifo and (len(broker.fifo) >= self.max_in_flight
+                                or room < min(weight, max(1, window.size // 4))):
                 self._finish_oldest(broker)
                 continue
-            wait = max(broker.window.wait(now), entry.not_before - now)
+            wait = max(window.wait(now), part.not_before - now)
             if wait <= 0:
                 break
             if broker.fifo:  # read answers while the backoff runs
                 self._finish_oldest(broker)
             else:
                 time.sleep(wait)
+        room = max(1, window.size - broker.requests)
+        if weight > room:
+            part, rest = self._cut(part, room)
+            self._waiting.appendleft(rest)
+            weight = part.count
         now = time.monotonic()
-        if entry.started is None:  # the deadline runs from the first send, not from the wait
-            entry.started = now
-            entry.deadline = now + self.send_timeout
-        elif entry.refund is not None:  # busy waiting does not use up the deadline
-            entry.deadline = now + entry.refund
-            entry.refund = None
-        entry.queue, entry.sent_at, entry.epoch = queue, now, broker.window.epoch
-        entry.not_before, entry.avoid, entry.refresh = 0.0, (), False
-        entry.brokers.append(queue.broker_name)
+        if part.started is None:  # the deadline runs from the first send, not from the wait
+            part.started = now
+            part.deadline = now + self.send_timeout
+        elif part.refund is not None:  # busy waiting does not use up the deadline
+            part.deadline = now + part.refund
+            part.refund = None
+        part.queue, part.sent_at, part.epoch = queue, now, window.epoch
+        part.not_before, part.avoid, part.refresh = 0.0, (), False
+        part.weight = weight
+        part.brokers.append(queue.broker_name)
         try:
-            entry.handle = self.sender.start(entry.outgoing(), queue)
+            part.handle = self.sender.start(part.outgoing(), queue)
         except RocketMQError as exc:
-            self._failed(entry, exc)
+            self._failed(part, exc)
             return
-        broker.fifo.append(entry)
+        broker.fifo.append(part)
+        broker.requests += weight
+
+    def _cut(self, part: _Part, head: int) -> Tuple[_Part, _Part]:
+        """The first ``head`` messages of a run, and a part for the rest (same attempt)."""
+        whole = part.whole
+        if whole.slots is None:
+            whole.slots = [None] * whole.item.count
+        where = part.where if part.where is not None else list(range(part.count))
+        positions = list(range(part.count))
+        first = dataclasses.replace(part, payload=self._narrow(part.payload, positions[:head]),
+                                    count=head, where=where[:head], brokers=list(part.brokers))
+        rest = dataclasses.replace(part, payload=self._narrow(part.payload, positions[head:]),
+                                   count=part.count - head, where=where[head:],
+                                   brokers=list(part.brokers))
+        return first, rest
 
     def _finish_oldest(self, broker: _Broker) -> None:
-        entry = broker.fifo.popleft()
-        wait = max(entry.deadline - time.monotonic(), _MIN_WAIT)
+        part = broker.fifo.popleft()
+        in_flight = broker.requests
+        broker.requests -= part.weight
+        wait = max(part.deadline - time.monotonic(), _MIN_WAIT)
         try:
-            results = self.sender.finish(entry.handle, wait)
+            results = self.sender.finish(part.handle, wait)
             for r in results:
                 if r.status not in self.accept:
                     raise NotAccepted(r.status)
-        except PartlyRefused as part:
-            self._refused_in_part(entry, broker, part)
+        except PartlyRefused as refusal:
+            self._refused_in_part(part, broker, refusal, in_flight)
             return
         except RocketMQError as exc:
             if is_busy(exc):  # one answer refused the whole request
-                self._busy(entry, broker, exc, 1)
+                self._busy(part, broker, exc, 1, in_flight)
             else:
-                self._failed(entry, exc)
+                self._failed(part, exc)
             return
-        self._stored(entry, broker, results)
+        self._stored(part, broker, results)
 
-    def _stored(self, entry: _Pending, broker: _Broker, results: Sequence[Any]) -> None:
-        broker.window.on_success(entry.epoch)
+    def _stored(self, part: _Part, broker: _Broker, results: Sequence[Any]) -> None:
+        broker.window.on_success(part.epoch, part.weight)
         broker.clock.progress()
-        if entry.slots is not None:
-            for place, result in zip(entry.where, results):
-                entry.slots[place] = result
-            results = entry.slots
-        self._count_stored(entry, entry.count)
         stats = self.stats
-        stats.requests += 1
-        stats.bytes += entry.outgoing().size
-        item = entry.item
-        if item.queue is not None and self._fixed.get(item.queue) is entry:
+        stats.requests += part.weight
+        stats.bytes += part.outgoing().size
+        self._keep(part, list(range(part.count)), results)
+
+    def _keep(self, part: _Part, positions: Sequence[int], results: Sequence[Any]) -> None:
+        """Results of messages of ``part`` stored; the item is reported once all are."""
+        whole = part.whole
+        name = part.queue.broker_name
+        stats = self.stats
+        stats.messages += len(positions)
+        stats.by_broker[name] = stats.by_broker.get(name, 0) + len(positions)
+        whole.left -= len(positions)
+        whole.queue = part.queue
+        if whole.slots is not None or whole.left:
+            if whole.slots is None:
+                whole.slots = [None] * whole.item.count
+            where = part.where if part.where is not None else range(part.count)
+            for position, result in zip(positions, results):
+                whole.slots[where[position]] = result
+            results = whole.slots
+        if whole.left:
+            return
+        item = whole.item
+        if item.queue is not None and self._fixed.get(item.queue) is whole:
             del self._fixed[item.queue]
-        del self._open[id(entry)]
+        self._open.pop(id(whole), None)
         if self.on_result is not None:
-            self.on_result(item, entry.queue, results)
+            self.on_result(item, whole.queue, results)
 
-    def _count_stored(self, entry: _Pending, count: int) -> None:
-        stats = self.stats
-        name = entry.queue.broker_name
-        stats.messages += count
-        stats.by_broker[name] = stats.by_broker.get(name, 0) + count
-
-    def _refused_in_part(self, entry: _Pending, broker: _Broker, part: PartlyRefused) -> None:
+    def _refused_in_part(self, part: _Part, broker: _Broker, refusal: PartlyRefused,
+                         in_flight: int) -> None:
         """Keep what was stored, send exactly the refused messages again."""
-        if part.stored:
-            broker.window.on_success(entry.epoch)
+        if refusal.stored:
+            broker.window.on_success(part.epoch, len(refusal.stored))
             broker.clock.progress()
-            if entry.slots is None:
-                entry.slots = [None] * entry.item.count
-            where = entry.where if entry.where is not None else range(entry.count)
-            for position, result in part.stored:
-                entry.slots[where[position]] = result
-            self._count_stored(entry, len(part.stored))
-            entry.where = [where[p] for p in part.refused]
-            entry.payload = self.sender.narrow(entry.payload, part.refused)
-            entry.count = len(part.refused)
-        self._busy(entry, broker, part.cause, len(part.refused))
+            self.stats.requests += len(refusal.stored)
+            self._keep(part, [p for p, _ in refusal.stored], [r for _, r in refusal.stored])
+            where = part.where if part.where is not None else range(part.count)
+            part.where = [where[p] for p in refusal.refused]
+            part.payload = self._narrow(part.payload, refusal.refused)
+            part.count = len(refusal.refused)
+        self._busy(part, broker, refusal.cause, len(refusal.refused), in_flight)
 
-    def _busy(self, entry: _Pending, broker: _Broker, error: BaseException,
-              answers: int) -> None:
+    def _busy(self, part: _Part, broker: _Broker, error: BaseException, answers: int,
+              in_flight: int) -> None:
         """Back off from the broker and queue the refused request to be sent again."""
         now = time.monotonic()
-        name = entry.queue.broker_name
-        broker.window.on_busy(entry.epoch, now)
+        name = part.queue.broker_name
+        broker.window.on_busy(part.epoch, now, in_flight)
         clock = broker.clock
         clock.busy(error, now, answers)
         stats = self.stats
@@ -414,32 +467,32 @@ class SendPipeline:
         self.busy_log.note(name, error, now, answers)
         busy_for = clock.busy_for(now)
         if busy_for >= self.busy_timeout:
-            failure = BrokerStayedBusy(entry.item, name, clock, busy_for, self.busy_timeout,
-                                       self.busy_timeout_name, error)
-            failure.stored = entry.stored()
+            failure = BrokerStayedBusy(part.whole.item, name, clock, busy_for,
+                                       self.busy_timeout, self.busy_timeout_name, error)
+            failure.stored = part.whole.stored()
             raise failure from error
-        entry.refund = max(entry.deadline - entry.sent_at, _MIN_WAIT)
-        entry.handle = None
-        self._waiting.append(entry)
+        part.refund = max(part.deadline - part.sent_at, _MIN_WAIT)
+        part.handle = None
+        self._waiting.append(part)
 
-    def _failed(self, entry: _Pending, exc: RocketMQError) -> None:
+    def _failed(self, part: _Part, exc: RocketMQError) -> None:
         """A real failure: retry (on another broker unless the queue is fixed) or raise."""
         now = time.monotonic()
-        entry.handle = None
-        if not retryable(exc) or entry.attempts > self.retries or now >= entry.deadline:
-            raise self._send_failed(entry, exc) from exc
+        part.handle = None
+        if not retryable(exc) or part.attempts > self.retries or now >= part.deadline:
+            raise self._send_failed(part, exc) from exc
         self.stats.retries += 1
         log.warning("send of %d message(s) to %s failed (%s); retrying (attempt %d of %d)",
-                    entry.count, entry.queue, exc, entry.attempts + 1, self.retries + 1)
-        entry.attempts += 1
-        if entry.item.queue is not None:
-            entry.not_before = now + min(0.05 * (entry.attempts - 1), max(entry.deadline - now, 0))
+                    part.count, part.queue, exc, part.attempts + 1, self.retries + 1)
+        part.attempts += 1
+        if part.whole.item.queue is not None:
+            part.not_before = now + min(0.05 * (part.attempts - 1), max(part.deadline - now, 0))
         else:
-            entry.avoid, entry.refresh = [entry.queue.broker_name], True
-        self._waiting.append(entry)
+            part.avoid, part.refresh = [part.queue.broker_name], True
+        self._waiting.append(part)
 
-    def _send_failed(self, entry: _Pending, cause: BaseException) -> SendFailed:
-        failure = SendFailed(entry.item, entry.attempts, time.monotonic() - entry.started,
-                             cause, entry.brokers)
-        failure.stored = entry.stored()
+    def _send_failed(self, part: _Part, cause: BaseException) -> SendFailed:
+        failure = SendFailed(part.whole.item, part.attempts, time.monotonic() - part.started,
+                             cause, part.brokers)
+        failure.stored = part.whole.stored()
         return failure

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
+from .backpressure import BACKOFF_FIRST, BACKOFF_MAX, is_busy
 from .broker import SEND_STATUS_OF_CODE, BrokerClient, command
 from .connection import Connection, ResponseFuture
 from .errors import ProtocolError, RocketMQError
@@ -155,30 +156,87 @@ def end_transactions(remoting: RemotingClient, group: str, handles: Iterable[Hal
     """Send END_TRANSACTION (oneway) for every handle, up to ``chunk`` per write, broker by
     broker. Returns how many were written to sockets; raises when a broker cannot be reached
     (the ones already written stay sent)."""
-    by_address: Dict[str, List[HalfHandle]] = {}
-    for h in handles:
-        by_address.setdefault(h.address, []).append(h)
     sent = 0
-    for address, items in by_address.items():
+    for address, items in _by_address(handles).items():
         conn = remoting.connection(address)
         for start in range(0, len(items), chunk):
             part = items[start:start + chunk]
-            if conn.credentials is None:
-                _send_ends_spliced(conn, remoting.config.version, group, part, outcome)
-            else:  # a signing connection: each request signed on its own
-                commands = [end_transaction_command(group, h, outcome) for h in part]
-                for c in commands:
-                    c.version = remoting.config.version
-                conn.send_requests(commands, oneway=True)
+            _send_ends(conn, remoting.config.version, group, part, outcome, oneway=True)
             sent += len(part)
     return sent
+
+
+def end_transactions_confirmed(remoting: RemotingClient, group: str,
+                               handles: Iterable[HalfHandle], outcome: Outcome, timeout: float,
+                               chunk: int = 4096) -> Tuple[int, List[HalfHandle]]:
+    """END_TRANSACTION for every handle as requests the broker answers (not oneway), waiting
+    up to ``timeout`` seconds; the ones a busy broker refused (not applied) are sent again
+    after a pause. Returns how many the brokers applied and the handles not confirmed (no
+    answer in time, a broker unreachable, or another refusal such as a half message already
+    settled). For a caller that must know they arrived before it goes: a failing Spark task,
+    whose process may close its connections, unread answers and all, at once."""
+    deadline = time.monotonic() + timeout
+    todo, unconfirmed, applied, pause = list(handles), [], 0, BACKOFF_FIRST
+    while todo:
+        waiting: List[Tuple[HalfHandle, Connection, ResponseFuture]] = []
+        for address, items in _by_address(todo).items():
+            try:
+                conn = remoting.connection(address)
+                for start in range(0, len(items), chunk):
+                    part = items[start:start + chunk]
+                    futures = _send_ends(conn, remoting.config.version, group, part, outcome,
+                                         oneway=False)
+                    waiting.extend((h, conn, f) for h, f in zip(part, futures))
+            except RocketMQError as exc:
+                log.warning("END_TRANSACTION to %s failed: %s", address, exc)
+                sent = {id(h) for h, _, _ in waiting}
+                unconfirmed.extend(h for h in items if id(h) not in sent)
+        todo = []
+        for handle, conn, future in waiting:
+            try:
+                answer = conn.wait(future, max(deadline - time.monotonic(), 0.0))
+            except RocketMQError:
+                unconfirmed.append(handle)
+                continue
+            if answer.code == 0:
+                applied += 1
+            elif is_busy(response_error(answer, "END_TRANSACTION", conn.address)):
+                todo.append(handle)
+            else:
+                unconfirmed.append(handle)
+        left = deadline - time.monotonic()
+        if todo and left <= 0:
+            unconfirmed.extend(todo)
+            break
+        if todo:
+            time.sleep(min(pause, left))
+            pause = min(2 * pause, BACKOFF_MAX)
+    return applied, unconfirmed
+
+
+def _by_address(handles: Iterable[HalfHandle]) -> Dict[str, List[HalfHandle]]:
+    by_address: Dict[str, List[HalfHandle]] = {}
+    for h in handles:
+        by_address.setdefault(h.address, []).append(h)
+    return by_address
+
+
+def _send_ends(conn: Connection, version: int, group: str, handles: Sequence[HalfHandle],
+               outcome: Outcome, oneway: bool) -> List[Optional[ResponseFuture]]:
+    if conn.credentials is None:
+        return _send_ends_spliced(conn, version, group, handles, outcome, oneway)
+    commands = [end_transaction_command(group, h, outcome) for h in handles]
+    for c in commands:  # a signing connection: each request signed on its own
+        c.version = version
+    return conn.send_requests(commands, oneway=oneway)
 
 
 _END_COLUMNS = ("tranStateTableOffset", "commitLogOffset", "msgId", "transactionId")
 
 
 def _send_ends_spliced(conn: Connection, version: int, group: str,
-                       handles: Sequence[HalfHandle], outcome: Outcome) -> None:
+                       handles: Sequence[HalfHandle], outcome: Outcome, oneway: bool
+                       ) -> List[Optional[ResponseFuture]]:
     """END_TRANSACTIONs of ``handles`` in one write, spliced into one template command."""
     import numpy as np
     import pyarrow as pa
@@ -187,7 +245,8 @@ def _send_ends_spliced(conn: Connection, version: int, group: str,
 
     template = end_transaction_command(group, HalfHandle("", "", "0", 0, 0, "0"), outcome)
     template.version = version
-    template.flag |= FLAG_ONEWAY
+    if oneway:
+        template.flag |= FLAG_ONEWAY
     columns = RequestTemplate(template, _END_COLUMNS)
     values = [pa.array(np.fromiter((h.queue_offset for h in handles), np.int64, len(handles))
                        ).cast(pa.string()),
@@ -195,8 +254,9 @@ def _send_ends_spliced(conn: Connection, version: int, group: str,
                                    len(handles))).cast(pa.string()),
               pa.array([h.uniq_key for h in handles], pa.string()),
               pa.array([h.transaction_id or h.uniq_key for h in handles], pa.string())]
-    conn.send_encoded(len(handles), lambda opaques: buffer_of(columns.frames(opaques, values)),
-                      "END_TRANSACTION", oneway=True)
+    return conn.send_encoded(len(handles),
+                             lambda opaques: buffer_of(columns.frames(opaques, values)),
+                             "END_TRANSACTION", oneway=oneway)
 
 
 @dataclass

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from ..client.errors import RocketMQError
 from ..client.send_pipeline import Outgoing, SendPipeline
-from ..client.transaction import Outcome, end_transactions
+from ..client.transaction import Outcome, end_transactions_confirmed
 from .ids import TaskIdentity, message_id
 from .options import SinkOptions
 from .requests import plan_requests
@@ -24,6 +24,7 @@ from .schema import ColumnPlan
 from .transport import Transport, open_transport
 
 log = logging.getLogger(__name__)
+ROLLBACK_WAIT = 10.0  # seconds a failed task waits for its rollbacks to be confirmed
 
 
 class SinkWriteError(RuntimeError):
@@ -106,6 +107,12 @@ def write_task(batches: Iterable[pa.RecordBatch], plan: ColumnPlan, options: Sin
             f"the rocketmq sink's task ({identity.describe()}) failed: {exc}. Messages "
             "acknowledged before this stay sent (at least once); Spark runs the task again "
             "and resends them with the same message ids") from exc
+    except BaseException:
+        # anything else (a bad row, Spark cancelling the task): undo the stored halves too
+        if half_properties is not None:
+            _roll_back(transport, group, handles + [
+                sent.handle for sent in pipeline.unreported()])
+        raise
     finally:
         transport.close()
     summary = TaskSummary(identity.partition, row, stats.requests, stats.bytes, stats.retries,
@@ -124,12 +131,15 @@ def write_task(batches: Iterable[pa.RecordBatch], plan: ColumnPlan, options: Sin
 
 
 def _roll_back(transport: Transport, group: str, handles: List) -> None:
-    """ROLLBACK the half messages a failed attempt stored (check-backs settle the rest)."""
+    """ROLLBACK the half messages a failed attempt stored, and wait for the brokers to
+    confirm (Spark may end this process right after the task fails, closing its connections
+    before oneway requests were read); check-backs settle what this misses."""
     producer = getattr(transport, "producer", None)
     if not handles or producer is None:
         return
-    try:
-        end_transactions(producer.remoting, group, handles, Outcome.ROLLBACK)
-    except RocketMQError as exc:
-        log.warning("rolling back %d half messages of a failed task failed: %s",
-                    len(handles), exc)
+    applied, missed = end_transactions_confirmed(producer.remoting, group, handles,
+                                                 Outcome.ROLLBACK, ROLLBACK_WAIT)
+    if missed:
+        log.warning("rolled back %d of the %d half messages of a failed task; the brokers' "
+                    "check-backs will roll back the other %d", applied, len(handles),
+                    len(missed))

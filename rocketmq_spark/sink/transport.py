@@ -118,8 +118,11 @@ class RemotingTransport(Transport):
         # exactlyOnce: every row a half message of its own (brokers refuse transactional
         # messages in a batch), with these properties (TRAN_MSG, PGROUP, query/batch/token).
         self.half_properties = half_properties
+        # a run of half messages is a request per message: a pipeline may cut it (narrow)
+        self.narrow = None
         if half_properties is not None:
             self.max_request_rows = HALF_RUN_ROWS
+            self.narrow = self.narrow_run
 
     def queues(self, topic: str, refresh: bool = False) -> Sequence[MessageQueue]:
         return self.producer.queues(topic, refresh)
@@ -230,7 +233,7 @@ class RemotingTransport(Transport):
         return [sent for sent, _ in outcomes if sent is not None]
 
     @staticmethod
-    def narrow(run: EncodedRun, positions: Sequence[int]) -> EncodedRun:
+    def narrow_run(run: EncodedRun, positions: Sequence[int]) -> EncodedRun:
         """The run of just the messages at ``positions`` (those a busy broker refused)."""
         taken = pa.array(positions, pa.int64())
         return EncodedRun(run.bodies.take(taken), run.properties.take(taken),
