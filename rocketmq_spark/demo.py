@@ -14,7 +14,8 @@ What it does, end to end, on one machine:
    duplicate) and the group's lag per queue (broker max offset - committed offset, 0 once a
    run has drained the topic), and prints a summary. Exits 1 if a check fails.
 
-Run it with ``ci/demo.sh`` (which sets everything up) or ``python -m rocketmq_spark.demo``.
+Run it with ``ci/demo.sh`` (which sets everything up) or ``python -m rocketmq_spark.demo``; on a
+Spark cluster, ``spark-submit rocketmq_spark/demo.py`` (``ci/cluster.sh``, docs/deploying.md).
 """
 from __future__ import annotations
 
@@ -27,9 +28,10 @@ import time
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
-from .client import Message, MessageQueue, Producer
-from .client.admin import Admin
-from .embedded import EmbeddedCluster
+# Absolute imports: spark-submit runs this file as a script (ci/cluster.sh).
+from rocketmq_spark.client import Message, MessageQueue, Producer
+from rocketmq_spark.client.admin import Admin
+from rocketmq_spark.embedded import EmbeddedCluster
 
 TOPIC = "DemoTopic"
 GROUP = "demo-spark-group"
@@ -59,20 +61,30 @@ def quiet_log4j_option(folder: Optional[str] = None) -> str:
     return f"-Dlog4j2.configurationFile={path.as_uri()}"
 
 
+def launched_by_spark_submit() -> bool:
+    """Whether spark-submit started this driver: it starts the driver's JVM first and hands
+    Python its gateway through ``PYSPARK_GATEWAY_PORT``."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
 def spark_session(app_name: str = "rocketmq-spark-demo"):
-    """A quiet local[2] SparkSession: log level ERROR, no UI, UTC; the Python workers run this
-    interpreter (``PYSPARK_PYTHON``), so they import the same rocketmq_spark."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "resolves to a loopback" warning
+    """A quiet SparkSession: log level ERROR, no UI, UTC. Run directly, it is local[2] and the
+    Python workers run this interpreter (``PYSPARK_PYTHON``), so they import the same
+    rocketmq_spark. Under spark-submit, the master, the workers' Python and the driver's JVM
+    options are what spark-submit was given (``ci/cluster.sh``)."""
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName(app_name)
-             .config("spark.ui.enabled", "false")
+    builder = SparkSession.builder.appName(app_name)
+    if not launched_by_spark_submit():
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "resolves to a loopback" warning
+        builder = (builder.master("local[2]")
+                   .config("spark.driver.extraJavaOptions", quiet_log4j_option()))
+    spark = (builder.config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.session.timeZone", "UTC")
              .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.driver.extraJavaOptions", quiet_log4j_option())
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
