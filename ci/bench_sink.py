@@ -30,6 +30,9 @@ topic must have grown by exactly the rows sent.
   (default 200,000), a rate, reported as a ratio of ours in the same run (target >= 0.5).
   END_TRANSACTION is oneway, so the clock runs from ``save()`` until the broker's topic holds
   every row (polled every 10 ms), and the topic must then have grown by exactly the rows.
+* flow: the exactly-once write against a broker in flow control (genuine 4.9.8 queue limits)
+  and against one with flow control off, and busy answers per 100,000 rows: see
+  ``ci/bench_flow_control.py`` (``--flow-rows``, ``--flow-limit``).
 * broker stall, every case: a thread of this process sends GET_MAX_OFFSET (one queue of
   ``BenchPing``) every 50 ms; "slowest ping" is the slowest answer to a ping sent while the
   case ran: how long the embedded broker (one event loop) kept every client waiting.
@@ -76,6 +79,7 @@ sys.path.insert(0, str(CI))
 from bench_spark import (  # noqa: E402  (also puts the checkout on sys.path, sets PYSPARK_*)
     cpu_delta, cpu_snapshot, start_server, stop_server,
 )
+import bench_flow_control  # noqa: E402
 
 from rocketmq_spark.client import Message, Producer  # noqa: E402
 from rocketmq_spark.client.admin import Admin  # noqa: E402
@@ -358,7 +362,8 @@ def main() -> None:
     p.add_argument("--skip-cpp", action="store_true")
     p.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE",
                    help="an option for our sink (repeatable), e.g. maxBatchBytes=262144")
-    p.add_argument("--cases", default="ours,client,cpp,ceiling,noop,grpc,eo,latency",
+    bench_flow_control.add_arguments(p)
+    p.add_argument("--cases", default="ours,client,cpp,ceiling,noop,grpc,eo,flow,latency",
                    help="comma list of the cases to run")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args()
@@ -381,6 +386,7 @@ def main() -> None:
     results: Dict[str, List[Dict]] = {k: [] for k in ("ours", "client", "cpp", "ceiling",
                                                       "noop", "grpc", "eo")}
     latency: Optional[Dict] = None
+    flow: Optional[Dict] = None
     try:
         df = rows_df(spark, args.rows, args.partitions, args.size)
         cpp_df = rows_df(spark, args.cpp_rows, args.partitions, args.size)
@@ -484,6 +490,8 @@ def main() -> None:
         pinger.__exit__()
         producer.close()
         eo_admin.close()
+        if "flow" in wanted:
+            flow = bench_flow_control.bench_flow(spark, args)
         if "latency" in wanted:
             latency = bench_latency(spark, namesrv, args)
     finally:
@@ -504,7 +512,7 @@ def main() -> None:
     if ours_rate and "eo" in summary:
         ratios["eo_vs_ours"] = round(summary["eo"]["rows_per_s"] / ours_rate, 3)
     out = {"args": vars(args), "summary": {k: v["rows_per_s"] for k, v in summary.items()},
-           "ratios": ratios, "latency": latency, "runs": results}
+           "ratios": ratios, "latency": latency, "flow": flow, "runs": results}
     print()
     print(f"{'case':32s} {'rows/s (median)':>16s} {'slowest ping (ms)':>18s}")
     labels = {"ours": "ours: df.write rocketmq", "client": "(a) our Producer.send_many",
@@ -525,6 +533,8 @@ def main() -> None:
         print(f"gRPC / ours = {ratios['grpc_vs_ours']:.3f}   (target >= 0.3)")
     if "eo_vs_ours" in ratios:
         print(f"exactlyOnce / ours = {ratios['eo_vs_ours']:.3f}   (target >= 0.5)")
+    if flow:
+        bench_flow_control.report(flow)
     if latency:
         print()
         print(f"{'per micro-batch (ms)':24s} {'visible p50':>12s} {'p90':>8s} "
