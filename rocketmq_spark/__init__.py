@@ -17,5 +17,6 @@ def register(spark) -> None:
     """Register the ``rocketmq`` data source with a SparkSession (needed only where the
     ``pyspark_rocketmq`` module is not importable, e.g. when the code ships as a zip)."""
     from .datasource import RocketMQDataSource
+    from .spark_compat import register_data_source
 
-    spark.dataSource.register(RocketMQDataSource)
+    register_data_source(spark, RocketMQDataSource)

@@ -56,6 +56,22 @@ def stream_writer_bases() -> Tuple[type, ...]:
     return (_datasource.DataSourceStreamWriter, _datasource.DataSourceArrowWriter)
 
 
+def register_data_source(spark, source: type) -> bool:
+    """``spark.dataSource.register(source)``; returns False, changing nothing, where Spark
+    refuses because a data source it found by itself holds the name: Spark 4.0 does not let
+    a registration replace one found by its lookup of ``pyspark_*`` modules (our
+    ``pyspark_rocketmq``); 4.1+ does."""
+    try:
+        spark.dataSource.register(source)
+    except Exception as exc:  # AnalysisException, classic or Spark Connect's
+        condition = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)
+        if condition is None or condition() != "DATA_SOURCE_ALREADY_EXISTS":
+            raise
+        log.info("data source %r is already registered (found by Spark); kept", source.name())
+        return False
+    return True
+
+
 def missing(max_messages_per_trigger: Optional[int] = None) -> List[str]:
     """What this Spark changes for the connector, one phrase each (empty on Spark 4.2+)."""
     out = []
