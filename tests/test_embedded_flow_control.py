@@ -527,6 +527,30 @@ def test_command_line_flags_set_the_limits():
         proc.wait(30)
 
 
+# ------------------------------------------------------------------ the C frame count
+
+def test_the_c_frame_count_agrees_with_the_python_one():
+    """native/embedded/rmq_serve.c more_frames_than against its Python reference, on whole,
+    cut and damaged frame streams (how a read is found unable to overflow a queue)."""
+    import random
+
+    from rocketmq_spark.embedded import accelerator, flow_control
+    native = accelerator.native_function("more_frames_than")
+    if native is None:
+        pytest.skip("the embedded broker's C module is not built or is switched off")
+    rng = random.Random(7)
+    stream = b"".join(send_frame(i, "c") for i in range(30)) + b"".join(
+        pull_frame(i) for i in range(30))
+    for _ in range(400):
+        data = bytearray(stream[rng.randrange(0, 300):rng.randrange(len(stream) // 2,
+                                                                    len(stream) + 1)])
+        for _ in range(rng.randrange(3)):  # damage a byte, maybe a length word
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        for limit in (0, 1, 7, 29, 59, 60, 1000):
+            assert native(bytes(data), limit) == flow_control._more_frames_than_py(data, limit)
+    assert native(b"\xff\xff\xff\xff" + b"x" * 10, 0) is False  # a length past the end
+
+
 # ------------------------------------------------------------------ settings
 
 def test_defaults_are_those_of_a_default_configured_4_9_8_broker():

@@ -37,6 +37,7 @@ from typing import Deque, Dict, List, Optional, Tuple
 
 from ..client.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode, SerializeType
 from ..client.protocol.frame import MAX_FRAME_BYTES, FrameDecoder, RemotingCommand, encode_frame
+from . import accelerator
 from .options import ServerOptions
 
 SEND, PULL, HEARTBEAT, TRANSACTION, OTHER = range(5)
@@ -83,6 +84,23 @@ def index_frames(data, pos: int = 0) -> Tuple[List[Frame], int]:
         frames.append((pos, stop, kind, opaque, bool(flag & FLAG_ONEWAY)))
         pos = stop
     return frames, pos
+
+
+def _more_frames_than_py(data, limit: int) -> bool:
+    """Whether ``data`` holds more than ``limit`` whole frames, by their lengths alone (the
+    reference for the C ``more_frames_than``)."""
+    pos, end, n = 0, len(data), 0
+    while end - pos >= 4:
+        pos += 4 + _LENGTH(data, pos)[0]
+        if pos > end:
+            break
+        n += 1
+        if n > limit:
+            return True
+    return False
+
+
+_more_frames_than = accelerator.native_function("more_frames_than") or _more_frames_than_py
 
 
 def _code_opaque_flag(data, at: int, length: int) -> Tuple[int, int, int]:
@@ -149,7 +167,8 @@ class RequestQueues:
             self.stats[f"{name}_queue_peak"] = 0
         self._scheduled = False
         self._last_scan = 0.0
-        self._bounded = min(self.capacity[:TRANSACTION + 1])
+        self._bounded = min(self.capacity[:OTHER])  # a read with more frames may overflow
+        self._inline_bytes = MIN_FRAME * self._bounded  # a shorter one cannot
 
     # ---------------------------------------------------------------- arrivals
 
@@ -158,7 +177,8 @@ class RequestQueues:
         cannot overflow a queue, else queued behind what waits."""
         now = time.monotonic()
         idle = not self.reads
-        if idle and len(data) < MIN_FRAME * self._bounded:
+        if idle and (len(data) < self._inline_bytes
+                     or not _more_frames_than(data, self._bounded)):
             pos = conn.server.serve(conn, data, 0, len(data), now + SLICE_SECONDS)
             if conn.closed or pos == len(data):
                 return
