@@ -296,8 +296,8 @@ class RequestQueues:
                 behind = int((now - read.arrival) * 1000)
                 if behind < wait:
                     break
-                if not read.counts[kind]:
-                    continue
+                if not read.counts[kind] or read.conn.closed:
+                    continue  # (what a closed connection sent is dropped by the executor)
                 frames = read.frames
                 for i in range(read.next, len(frames)):
                     frame = frames[i]
