@@ -14,8 +14,16 @@ def __getattr__(name):
 
 
 def register(spark) -> None:
-    """Register the ``rocketmq`` data source with a SparkSession (needed only where the
-    ``pyspark_rocketmq`` module is not importable, e.g. when the code ships as a zip)."""
+    """Register the ``rocketmq`` data source with a SparkSession, classic or Spark Connect.
+
+    Needed where the Spark that plans the query does not discover the ``pyspark_rocketmq``
+    module by itself: a Spark Connect server whose Python lacks it (the package reached its
+    workers some other way, or was installed after the server started looking), code shipped
+    as a zip. On Spark Connect the registration holds for this client session only, and the
+    server's Python workers must import ``rocketmq_spark`` (the class is sent by name)."""
+    if getattr(spark, "dataSource", None) is None:
+        raise TypeError("rocketmq_spark.register() needs a SparkSession (classic or Spark "
+                        f"Connect), got {type(spark).__name__}")
     from .datasource import RocketMQDataSource
     from .spark_compat import register_data_source
 
