@@ -159,15 +159,19 @@ def test_the_window_halves_once_per_round_and_grows_back():
     assert window.size == 8 and window.limit == 8.0, "grows back, never past the maximum"
     window.on_busy(window.epoch, 300.0)
     assert window.wait(300.0) == pytest.approx(0.02), "a success reset the backoff"
+    window.on_success(window.epoch, 1, took=0.004)
+    window.on_busy(window.epoch, 400.0)
+    assert window.wait(400.0) == pytest.approx(0.004), "a fast broker: a step of its time"
 
 
 def test_busy_waiting_does_not_use_up_the_send_timeout(one_broker, unique_name):
     """Eight busy rounds back off 0.01 + 0.02 + ... >= 1.2 s in all: far past a 0.3 s send
-    timeout, which still holds for the real attempt."""
+    timeout, which still holds for the real attempt (answered after 0.15 s)."""
     topic = unique_name("Deadline")
     one_broker.create_topic(topic, 1)
     one_broker.fail_next(8, ResponseCode.SYSTEM_BUSY, TIMEOUT_CLEAN_QUEUE,
                          request_codes=SEND_CODES)
+    one_broker.delay_next(1, 0.15, request_codes=SEND_CODES)
     with Producer(one_broker.namesrv_addr, retries=0, send_timeout=0.3,
                   max_in_flight_per_broker=1) as producer:
         started = time.monotonic()
@@ -215,12 +219,12 @@ def test_busy_answers_are_logged_once_a_minute_per_producer(one_broker, unique_n
     caplog.set_level(logging.WARNING, logger="rocketmq_spark.client.backpressure")
     with Producer(one_broker.namesrv_addr) as producer:
         for remark in ("[OVERLOAD]first", "[TIMEOUT_CLEAN_QUEUE]second"):
-            one_broker.fail_next(30, ResponseCode.SYSTEM_BUSY, remark, request_codes=SEND_CODES)
+            one_broker.fail_next(6, ResponseCode.SYSTEM_BUSY, remark, request_codes=SEND_CODES)
             pipeline = producer.pipeline()  # a new pipeline, the same producer
-            for item in batches(producer, topic, 6000):
+            for item in batches(producer, topic, 2000):
                 pipeline.submit(item)
-            assert pipeline.flush().busy == 30
-        assert producer.busy_log.total == 60
+            assert pipeline.flush().busy == 6
+        assert producer.busy_log.total == 12
     lines = [r.getMessage() for r in caplog.records
              if r.name == "rocketmq_spark.client.backpressure"]
     assert len(lines) == 1, lines
@@ -239,21 +243,24 @@ def test_busy_answers_are_logged_once_a_minute_per_producer(one_broker, unique_n
 
 
 def test_a_fixed_queue_keeps_submission_order_through_busy_answers(one_broker, unique_name):
+    """One sharding key, 150 requests to its queue; now and then one is answered busy while
+    the next ones would be stored: the refused one is sent again before any later one of its
+    queue, so the queue holds the messages in submission order."""
     topic = unique_name("KeyedBusy")
     one_broker.create_topic(topic, 4)
-    keys = [f"key-{i % 7}" for i in range(3000)]
-    one_broker.fail_next(9, ResponseCode.SYSTEM_BUSY, TIMEOUT_CLEAN_QUEUE,
-                         request_codes=SEND_CODES)
+    for _ in range(6):
+        one_broker.delay_next(7, 0.0, request_codes=SEND_CODES)
+        one_broker.fail_next(2, ResponseCode.SYSTEM_BUSY, TIMEOUT_CLEAN_QUEUE,
+                             request_codes=SEND_CODES)
     with Producer(one_broker.namesrv_addr, retries=0) as producer:
-        queues = producer.queues(topic)
-        producer.send_many([Message(topic, b"%d" % i, sharding_key=k)
-                            for i, k in enumerate(keys)], batch_size=50)
-    by_key = {}
-    for qid, m in stored_bodies(one_broker, topic):
-        by_key.setdefault(m.properties[SHARDING_KEY], []).append((qid, int(m.body)))
-    for key, placed in by_key.items():
-        assert {q for q, _ in placed} == {queue_for_key(queues, key).queue_id}
-        assert [n for _, n in placed] == [i for i, k in enumerate(keys) if k == key]
+        queue = queue_for_key(producer.queues(topic), "the-key")
+        producer.send_many([Message(topic, b"%d" % i, sharding_key="the-key")
+                            for i in range(1500)], batch_size=10)
+    one_broker.clear_faults()
+    placed = [(qid, int(m.body)) for qid, m in stored_bodies(one_broker, topic)]
+    assert {q for q, _ in placed} == {queue.queue_id}
+    assert [n for _, n in placed] == list(range(1500))
+    assert producer.busy_log.total == 12
 
 
 SCHEMA = StructType([StructField("body", StringType())])

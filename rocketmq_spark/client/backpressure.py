@@ -49,9 +49,11 @@ PAGE_CACHE_BUSY_REMARK = "[PC_SYNCHRONIZED]"
 PROXY_BUSY_NAMES = frozenset({"TOO_MANY_REQUESTS", "RESOURCE_EXHAUSTED"})
 
 DEFAULT_BUSY_TIMEOUT = 60.0
-# The broker's send queue drops requests older than 200 ms: start below that, and never wait
-# much longer than a busy window lasts.
+# The broker's send queue drops requests older than 200 ms: start below that (at the time a
+# request takes when answered, when that is shorter: about what the broker needs to work off
+# what was in flight), and never wait much longer than a busy window lasts.
 BACKOFF_FIRST = 0.02
+BACKOFF_LEAST = 0.001
 BACKOFF_MAX = 1.0
 LOG_INTERVAL = 60.0
 
@@ -118,8 +120,9 @@ class SendWindow:
     ``epoch`` changes at every cut: a busy answer to a request sent before the last cut says
     nothing new (the requests in flight then were refused together) and cuts nothing more,
     as TCP halves its window once per round trip. Each cut also sets ``ready_at``, before
-    which nothing new goes to the broker: a backoff doubling from ``first`` up to ``cap``,
-    with equal jitter, back to ``first`` after a success."""
+    which nothing new goes to the broker: a backoff doubling from ``first`` (or the time a
+    stored request took, ``rtt``, when shorter) up to ``cap``, with equal jitter, back to the
+    first step after a success."""
 
     max_items: int
     unit: int = 1
@@ -127,6 +130,7 @@ class SendWindow:
     epoch: int = 0
     ready_at: float = 0.0
     backoff_step: int = 0
+    rtt: Optional[float] = None  # a moving average of the time stored requests took
     first: float = BACKOFF_FIRST
     cap: float = BACKOFF_MAX
     rng: Callable[[], float] = random.random
@@ -153,8 +157,11 @@ class SendWindow:
             if whole:
                 self.limit = float(self.maximum)
 
-    def on_success(self, epoch: int, requests: int = 1) -> None:
-        """``requests`` requests sent in ``epoch`` were stored."""
+    def on_success(self, epoch: int, requests: int = 1, took: Optional[float] = None) -> None:
+        """``requests`` requests sent in ``epoch`` were stored, ``took`` seconds after they
+        were sent."""
+        if took is not None:
+            self.rtt = took if self.rtt is None else 0.8 * self.rtt + 0.2 * took
         step = max(1.0, self.unit / 8.0)
         self.limit = min(float(self.maximum), self.limit + requests * step / self.limit)
         if epoch == self.epoch:
@@ -168,7 +175,9 @@ class SendWindow:
             self.limit = max(1.0, base / 2.0)
             self.epoch += 1
             self.backoff_step += 1
-            delay = min(self.cap, self.first * (2 ** (self.backoff_step - 1)))
+            first = self.first if self.rtt is None else max(BACKOFF_LEAST,
+                                                            min(self.first, self.rtt))
+            delay = min(self.cap, first * (2 ** (self.backoff_step - 1)))
             # equal jitter: never less than half the step, so senders spread out but wait
             self.ready_at = max(self.ready_at, now + delay * (0.5 + 0.5 * self.rng()))
 

@@ -407,7 +407,7 @@ class SendPipeline:
         self._stored(part, broker, results)
 
     def _stored(self, part: _Part, broker: _Broker, results: Sequence[Any]) -> None:
-        broker.window.on_success(part.epoch, part.weight)
+        broker.window.on_success(part.epoch, part.weight, time.monotonic() - part.sent_at)
         broker.clock.progress()
         stats = self.stats
         stats.requests += part.weight
@@ -443,7 +443,8 @@ class SendPipeline:
                          in_flight: int) -> None:
         """Keep what was stored, send exactly the refused messages again."""
         if refusal.stored:
-            broker.window.on_success(part.epoch, len(refusal.stored))
+            broker.window.on_success(part.epoch, len(refusal.stored),
+                                     time.monotonic() - part.sent_at)
             broker.clock.progress()
             self.stats.requests += len(refusal.stored)
             self._keep(part, [p for p, _ in refusal.stored], [r for _, r in refusal.stored])
