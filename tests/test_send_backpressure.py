@@ -28,7 +28,6 @@ from rocketmq_spark.client.errors import ProxyError, RequestTimeout, ResponseErr
 from rocketmq_spark.client.producer import queue_for_key
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
 from rocketmq_spark.client.protocol.message import decode_messages
-from rocketmq_spark.client.protocol.properties import SHARDING_KEY
 from rocketmq_spark.client.remoting import RemotingClient
 from rocketmq_spark.client.send_pipeline import BrokerStayedBusy, Outgoing, SendFailed
 from rocketmq_spark.client.transaction import (

@@ -165,9 +165,10 @@ def test_a_stream_keeps_its_rate_within_twice_the_unthrottled_one(spark, unique_
     """Two streams at once, so they share whatever else the machine does, each a task at a
     time (local[2] runs both side by side: neither waits for the other's task slot): one to
     a broker without flow control, one to a broker whose send queue holds two requests (of
-    the four a task keeps in flight at first, the others are refused). Eight micro-batches of 20,000 rows
-    each. The throttled one's median time per row (Spark's addBatch per micro-batch, measured
-    side by side) stays within twice the other's, and every row is stored."""
+    the four a task keeps in flight at first, the others are refused). Eight micro-batches of
+    20,000 rows each. The throttled one's median time per row (Spark's addBatch per
+    micro-batch, measured side by side) stays within twice the other's, and every row is
+    stored."""
     source = input_files(tmp_path / "in", 8, 20_000)
     with EmbeddedCluster(brokers=1, broker_fast_failure=False,
                          send_queue_capacity=10 ** 6) as free, \
