@@ -5,9 +5,10 @@ A :class:`SendPipeline` takes ready-made requests (:class:`Outgoing`: a batch of
 already encoded for its transport) and keeps several of them waiting for an answer on each
 broker. Requests without a fixed queue go to the topic's queues round robin, as Java's
 producer chooses them; a failed one is retried on a queue of another broker. A request with a
-fixed queue (messages with a sharding key) has at most one request in flight on that queue
-and is retried on the same queue, so the queue stores its messages in submission order even
-when a send has to be repeated.
+fixed queue (messages with a sharding key) is the only one in flight on that queue (a run may
+be in flight in parts) and is retried on the same queue, so the queue stores its requests in
+submission order even when a send has to be repeated; the messages of a run refused in part
+are reported in their order all the same.
 
 A busy answer (:func:`~.backpressure.is_busy`) is not a failed attempt: the broker's window of
 requests in flight is halved, nothing new goes to it for a backoff, and the refused request
