@@ -41,24 +41,23 @@ while [ $# -gt 0 ]; do
         --out) OUT="${2:?--out needs a folder}"; shift 2 ;;
         --keep) KEEP=1; shift ;;
         --) shift; DEMO_ARGS=("$@"); break ;;
-        *) echo "cluster.sh: unknown argument '$1' (usage: see the top of $0)" >&2; exit 2 ;;
+        *) echo "cluster: unknown argument '$1' (usage: see the top of $0)" >&2; exit 2 ;;
     esac
 done
 case "$SHIP" in
     venv|pyfiles) WAYS=("$SHIP") ;;
     both) WAYS=(venv pyfiles) ;;
-    *) echo "cluster.sh: --ship must be venv, pyfiles or both, not '$SHIP'" >&2; exit 2 ;;
+    *) echo "cluster: --ship must be venv, pyfiles or both, not '$SHIP'" >&2; exit 2 ;;
 esac
 [ ${#DEMO_ARGS[@]} -gt 0 ] || DEMO_ARGS=(--messages 2000 --show 3)
 if [ -n "$OUT" ]; then mkdir -p "$OUT"; OUT="$(cd "$OUT" && pwd)"; fi
 
 PY="${PY:-$(ci/setup.sh)}"
 PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")"
-command -v java >/dev/null || { echo "cluster.sh: Spark needs Java 17+ on PATH (ci/setup.sh)" >&2; exit 1; }
-"$PY" -c 'import venv_pack' 2>/dev/null || {
-    echo "cluster.sh: $PY lacks venv-pack (in the test extra: pip install -e '.[test]')" >&2; exit 1; }
-git rev-parse --is-inside-work-tree >/dev/null 2>&1 || {
-    echo "cluster.sh: run it from a git checkout (it ships the checkout's files)" >&2; exit 1; }
+fail() { echo "cluster: $*" >&2; exit 1; }
+command -v java >/dev/null || fail "Spark needs Java 17+ on PATH (ci/setup.sh installs it)"
+"$PY" -c 'import venv_pack' 2>/dev/null || fail "$PY lacks venv-pack (it is in the test extra)"
+git rev-parse --git-dir >/dev/null 2>&1 || fail "run it in a git checkout (it ships one)"
 SPARK_HOME="$("$PY" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')"
 BASE_PYTHON="$("$PY" -c 'import sys; print(sys._base_executable)')"
 JAVA_BIN="$(dirname "$(readlink -f "$(command -v java)")")"
@@ -106,7 +105,7 @@ finish() {
     if [ $rc -ne 0 ]; then
         echo "cluster: FAILED (exit $rc); logs in $LOGS (work folder $WORK kept)" >&2
         local f
-        for f in "$LOGS"/*.out "$LOGS"/*.log "$WORK"/work/app-*/*/stderr; do
+        for f in "$LOGS"/*.log "$WORK"/work/app-*/*/stderr "$LOGS"/*.out; do  # the demo's last
             [ -s "$f" ] || continue
             echo "----- ${f#"$WORK"/}: last lines other than INFO" >&2
             grep -v ' INFO ' "$f" | tail -n 25 >&2 || true
@@ -124,9 +123,10 @@ trap 'exit 143' TERM
 
 wait_for() {  # wait_for SECONDS PID FILE PATTERN [COUNT]: until FILE has COUNT matching lines
     local deadline=$((SECONDS + $1)) pid="$2" file="$3" pattern="$4" count="${5:-1}" found
-    while found=$(grep -c -- "$pattern" "$file" 2>/dev/null) || found=0; [ "$found" -lt "$count" ]; do
-        kill -0 "$pid" 2>/dev/null || { echo "cluster: process $pid exited, see $file" >&2; return 1; }
-        [ $SECONDS -lt $deadline ] || { echo "cluster: no '$pattern' in $file after $1 s" >&2; return 1; }
+    while found=$(grep -c -- "$pattern" "$file" 2>/dev/null) || found=0
+          [ "$found" -lt "$count" ]; do
+        kill -0 "$pid" 2>/dev/null || fail "process $pid exited, see $file"
+        [ $SECONDS -lt $deadline ] || fail "no '$pattern' in $file after $1 s"
         sleep 0.2
     done
 }
@@ -156,13 +156,15 @@ ENV_DIR="$WORK/env"
 "$ENV_DIR/bin/python" -m pip install --quiet -r "$WORK/requirements.txt" >>"$LOGS/build.log" 2>&1
 # --no-compile: the package ships without .pyc files, so the ones the executors write when
 # they import it show where it was imported from (the evidence below).
-"$ENV_DIR/bin/python" -m pip install --quiet --no-deps --no-compile "$WHEEL" >>"$LOGS/build.log" 2>&1
+"$ENV_DIR/bin/python" -m pip install --quiet --no-deps --no-compile "$WHEEL" \
+    >>"$LOGS/build.log" 2>&1
 ARCHIVE="$WORK/rocketmq-spark-env.tar.gz"
 "$PY" -m venv_pack --prefix "$ENV_DIR" --output "$ARCHIVE" --quiet
 # The same venv without the package: the nodes' Python for the pyfiles way.
 "$ENV_DIR/bin/python" -m pip uninstall --quiet --yes rocketmq-spark >>"$LOGS/build.log" 2>&1
 DEPS_PYTHON="$ENV_DIR/bin/python"
-log "built $(basename "$WHEEL") and $(basename "$ARCHIVE") ($(du -m "$ARCHIVE" | cut -f1) MB) in $((SECONDS - started)) s"
+log "built $(basename "$WHEEL") and $(basename "$ARCHIVE")" \
+    "($(du -m "$ARCHIVE" | cut -f1) MB) in $((SECONDS - started)) s"
 
 # Everything runs from the work folder: a Python started in the checkout would import the
 # package from it (the current folder is on sys.path for -c and -m).
@@ -171,8 +173,7 @@ NODE_PATH="$JAVA_BIN:/usr/bin:/bin"
 for python in python3 "$DEPS_PYTHON" "$BASE_PYTHON"; do
     for module in rocketmq_spark pyspark_rocketmq; do
         if env -i "PATH=$NODE_PATH" "$python" -c "import $module" 2>/dev/null; then
-            echo "cluster: $python imports $module here: a run would prove nothing" >&2
-            exit 1
+            fail "$python imports $module here: a run would prove nothing"
         fi
     done
 done
@@ -188,8 +189,9 @@ appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{HH:mm:ss.SSS} %p %c{1}: %m%n%ex
 EOF
 # What a fresh node has: Java and the system's tools on PATH, no PYTHONPATH, no venv.
-NODE_ENV=(env -i "HOME=${HOME:-$WORK}" "PATH=$NODE_PATH" "SPARK_HOME=$SPARK_HOME" "TMPDIR=$WORK/tmp"
-          "SPARK_CONF_DIR=$WORK/conf" "SPARK_LOCAL_IP=127.0.0.1" "SPARK_LOCAL_DIRS=$WORK/local")
+NODE_ENV=(env -i "HOME=${HOME:-$WORK}" "PATH=$NODE_PATH" "SPARK_HOME=$SPARK_HOME"
+          "TMPDIR=$WORK/tmp" "SPARK_CONF_DIR=$WORK/conf" "SPARK_LOCAL_IP=127.0.0.1"
+          "SPARK_LOCAL_DIRS=$WORK/local")
 [ -z "${JAVA_HOME:-}" ] || NODE_ENV+=("JAVA_HOME=$JAVA_HOME")
 
 start() {  # start NAME CLASS ARGS...: a daemon leading its own process group, output to LOGS
@@ -215,6 +217,7 @@ log "master $MASTER_URL and 2 workers up in $((SECONDS - started)) s"
 evidence() {  # what the executors of the last application had and imported, one line each
     local app executor name shipped
     app="$(find "$WORK/work" -mindepth 1 -maxdepth 1 -name 'app-*' | sort | tail -n 1)"
+    [ -n "$app" ] || return 0  # the application never reached the master
     for executor in "$app"/*/; do
         shipped=""
         for name in environment rocketmq_spark.zip; do

@@ -8,9 +8,9 @@ only the new ones, the consumer group's lag 0) come back in its JSON summary. Th
 work folders show what they were shipped and, for the venv (installed without .pyc files),
 the .pyc files they wrote when they imported the package from it.
 
-The venv way, the recommended one, runs in the default suite (about 2 minutes on 2 cores: the
-build of the wheel and the venv, the cluster's start, two Spark applications' worth of start-up).
-The --py-files way and the interrupted run are slow tests.
+The venv way, the recommended one, runs in the default suite: it takes about 2 minutes on 2
+cores (building the wheel and the venv, starting the cluster, one Spark application), more when
+the machine is busy. The --py-files way and the interrupted run are slow tests.
 """
 from __future__ import annotations
 
@@ -65,7 +65,8 @@ def work_folder(stdout: str) -> Path:
 
 
 def processes_in(work: Path) -> List[str]:
-    """Live processes started for the run: their command line or current folder is in it."""
+    """Live processes started for the run (their command line or current folder is in it):
+    pid and command line."""
     found = []
     for proc in psutil.process_iter(["pid", "cmdline", "cwd", "status"]):
         try:
@@ -74,7 +75,7 @@ def processes_in(work: Path) -> List[str]:
                 continue
             line = " ".join(info["cmdline"] or [])
             if str(work) in line or (info["cwd"] or "").startswith(str(work)):
-                found.append(f"{info['pid']}: {line[:200]}")
+                found.append(f"{info['pid']}: {line}")
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return found
@@ -146,6 +147,7 @@ def test_an_interrupted_run_stops_every_process_and_keeps_its_logs(tmp_path):
         work = work_folder(first)
 
         def executor_running():
+            assert proc.poll() is None, "ci/cluster.sh ended before an executor started"
             return [p for p in processes_in(work) if "CoarseGrainedExecutorBackend" in p]
 
         wait_until(executor_running, RUN_TIMEOUT - 200, "an executor of the demo")
