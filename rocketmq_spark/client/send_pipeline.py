@@ -5,10 +5,11 @@ A :class:`SendPipeline` takes ready-made requests (:class:`Outgoing`: a batch of
 already encoded for its transport) and keeps several of them waiting for an answer on each
 broker. Requests without a fixed queue go to the topic's queues round robin, as Java's
 producer chooses them; a failed one is retried on a queue of another broker. A request with a
-fixed queue (messages with a sharding key) is the only one in flight on that queue (a run may
-be in flight in parts) and is retried on the same queue, so the queue stores its requests in
-submission order even when a send has to be repeated; the messages of a run refused in part
-are reported in their order all the same.
+fixed queue (messages with a sharding key) is the only one in flight on that queue and is
+retried on the same queue, so the queue stores its requests in submission order even when a
+send has to be repeated; the messages of a run refused in part are reported in their order all
+the same (a gRPC message group's refused calls are sent again before its later ones: the
+producer holds those back after a refusal).
 
 A busy answer (:func:`~.backpressure.is_busy`) is not a failed attempt: the broker's window of
 requests in flight is halved, nothing new goes to it for a backoff, and the refused request
@@ -334,11 +335,14 @@ class SendPipeline:
         window = broker.window
         weight = part.count if self._narrow is not None else 1
         window.fit(part.whole.item.count if self._narrow is not None else 1)
+        # A fixed queue's run goes whole: its parts in flight at once could be stored out of
+        # order (a gRPC message group's calls after a refused one go on in the next part).
+        cuttable = self._narrow is not None and part.whole.item.queue is None
+        least = min(weight, max(1, window.size // 4)) if cuttable else weight
         while True:
             now = time.monotonic()
             room = window.size - broker.requests
-            if broker.fifo and (len(broker.fifo) >= self.max_in_flight
-                                or room < min(weight, max(1, window.size // 4))):
+            if broker.fifo and (len(broker.fifo) >= self.max_in_flight or room < least):
                 self._finish_oldest(broker)
                 continue
             wait = max(window.wait(now), part.not_before - now)
@@ -349,7 +353,7 @@ class SendPipeline:
             else:
                 time.sleep(wait)
         room = max(1, window.size - broker.requests)
-        if weight > room:
+        if cuttable and weight > room:
             part, rest = self._cut(part, room)
             self._waiting.appendleft(rest)
             weight = part.count
