@@ -147,10 +147,11 @@ def test_a_write_through_a_busy_proxy_rides_out_too_many_requests(spark, unique_
 
 def test_a_broker_busy_past_the_budget_fails_the_write_and_leaves_nothing(spark,
                                                                            unique_name):
-    """The broker stores the first 3,000 half messages, then answers nothing but busy:
-    after brokerBusyTimeoutMs the job fails with an error naming the broker, how long,
-    how many busy answers, the last remark and the option; every half message stored is
-    rolled back, nothing of the batch is visible."""
+    """The broker stores the first 3,000 half messages, then answers nothing but busy. A
+    task of 100 rows finishes; the other, of 10,000, fails after brokerBusyTimeoutMs, and
+    so does the job, with an error naming the broker, how long, how many busy answers, the
+    last remark and the option. Every half message stored is rolled back (the failed task's
+    by the task, the finished one's by the job's abort): nothing of the write is visible."""
     with EmbeddedCluster(brokers=1) as c:
         topic = unique_name("FcBudget")
         c.create_topic(topic, 4)
@@ -159,15 +160,16 @@ def test_a_broker_busy_past_the_budget_fails_the_write_and_leaves_nothing(spark,
                     request_codes=[RequestCode.SEND_MESSAGE_V2])
         started = time.monotonic()
         with pytest.raises(Exception) as info:
-            write(ids_frame(spark, 20_000, 2), c, topic, deliveryGuarantee="exactlyOnce",
-                  brokerBusyTimeoutMs=1500)
+            # two tasks: ids 9,900-9,999 (100 rows) and 10,000-19,999
+            df = ids_frame(spark, 20_000, 2).where("CAST(body AS INT) >= 9900")
+            write(df, c, topic, deliveryGuarantee="exactlyOnce", brokerBusyTimeoutMs=3000)
         assert time.monotonic() - started < 120
         text = str(info.value)
         address = c.brokers[0].addr
         assert f"broker broker-a ({address}) answered busy for " in text
         assert "busy answer(s) to this writer" in text
         assert "the last: [TIMEOUT_CLEAN_QUEUE]broker busy" in text
-        assert "Raise brokerBusyTimeoutMs (now 1500 ms)" in text
+        assert "Raise brokerBusyTimeoutMs (now 3000 ms)" in text
         c.clear_faults()
         wait_until(lambda: not c.pending_transactions("broker-a"), 30,
                    "every stored half message rolled back")
