@@ -17,7 +17,8 @@ from rocketmq_spark.client import (
     BrokerUnavailable, Message, Producer, ResponseError, RouteNotFound,
 )
 from rocketmq_spark.client.admin import Admin
-from rocketmq_spark.client.send_pipeline import Outgoing, SendFailed, _Item, _Part
+from rocketmq_spark.client.send_pipeline import Outgoing, SendFailed
+from rocketmq_spark.client.send_parts import Item, Part
 from rocketmq_spark.client.producer import EncodedRequest, MessageTooLarge, queue_for_key
 from rocketmq_spark.client.protocol.properties import DELAY, SHARDING_KEY, WAIT, encode_properties
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
@@ -282,7 +283,7 @@ def test_a_queue_whose_broker_left_the_route_is_a_broker_failure(embedded_cluste
             producer.start(item, stale)
         assert is_transient(info.value) and "broker-b" in str(info.value)
         pipeline = producer.pipeline()
-        pipeline._send(_Part(_Item(item, item.count), item.payload, item.count, queue=stale))
+        pipeline._send(Part(Item(item, item.count), item.payload, item.count, queue=stale))
         assert pipeline.flush().by_broker == {"broker-a": 5}
     embedded_cluster.broker("broker-b").start()
 

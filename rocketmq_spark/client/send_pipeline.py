@@ -39,6 +39,7 @@ from .backpressure import (
 from .errors import RocketMQError
 from .protocol.route import MessageQueue
 from .pull import is_transient
+from .send_parts import BrokerState, Item, Outgoing, Part
 
 log = logging.getLogger(__name__)
 
@@ -47,21 +48,6 @@ SEND_STATUSES = ("SEND_OK", "FLUSH_DISK_TIMEOUT", "FLUSH_SLAVE_TIMEOUT", "SLAVE_
 # Below this a finish still reads answers that have already arrived (the deadline may have
 # passed while the pipeline was waiting on another broker).
 _MIN_WAIT = 0.05
-
-
-@dataclass
-class Outgoing:
-    """One request: ``count`` messages of ``topic`` encoded as ``payload`` (``size`` bytes).
-
-    ``queue`` fixes the queue (ordered messages); ``None`` lets the pipeline choose.
-    ``first_row`` numbers the first message for error messages (rows of a Spark task)."""
-
-    topic: str
-    payload: Any
-    count: int
-    size: int = 0
-    queue: Optional[MessageQueue] = None
-    first_row: int = 0
 
 
 class Sender(Protocol):
@@ -149,59 +135,6 @@ class PipelineStats:
     busy_by_broker: Dict[str, int] = field(default_factory=dict)
 
 
-@dataclass(eq=False)
-class _Item:
-    """A submitted request until every message of it is stored: the results stored so far,
-    in the item's order (``slots``, once it was sent or answered in parts)."""
-
-    item: Outgoing
-    left: int
-    slots: Optional[List[Any]] = None
-    queue: Optional[MessageQueue] = None
-
-    def stored(self) -> List[Any]:
-        return [] if self.slots is None else [s for s in self.slots if s is not None]
-
-
-@dataclass(eq=False)
-class _Part:
-    """What of an item one request carries (all of it, or the messages at ``where``), with
-    its attempts and send deadline."""
-
-    whole: _Item
-    payload: Any
-    count: int
-    where: Optional[List[int]] = None
-    queue: Optional[MessageQueue] = None
-    handle: Any = None
-    weight: int = 1
-    attempts: int = 1
-    started: Optional[float] = None
-    deadline: Optional[float] = None
-    refund: Optional[float] = None  # deadline left when a busy answer came; restored on resend
-    sent_at: float = 0.0
-    epoch: int = 0
-    not_before: float = 0.0
-    avoid: Sequence[str] = ()
-    refresh: bool = False
-    brokers: List[str] = field(default_factory=list)
-
-    def outgoing(self) -> Outgoing:
-        item = self.whole.item
-        if self.where is None:
-            return item
-        return Outgoing(item.topic, self.payload, self.count,
-                        item.size * self.count // max(item.count, 1), item.queue, item.first_row)
-
-
-@dataclass
-class _Broker:
-    fifo: Deque[_Part]
-    window: SendWindow
-    clock: BusyClock = field(default_factory=BusyClock)
-    requests: int = 0  # on the wire
-
-
 class SendPipeline:
     """Sends :class:`Outgoing` requests through ``sender``; :meth:`flush` waits for them all.
 
@@ -241,10 +174,10 @@ class SendPipeline:
         self.stats = PipelineStats()
         self._narrow = getattr(sender, "narrow", None)  # runs: a request per message
         self._rr = itertools.count(random.randrange(1 << 16))
-        self._brokers: Dict[str, _Broker] = {}
-        self._fixed: Dict[MessageQueue, _Item] = {}  # fixed queue -> its one item
-        self._waiting: Deque[_Part] = deque()  # to send (again): busy, a retry, a cut run
-        self._open: Dict[int, _Item] = {}  # every item not yet reported, by id()
+        self._brokers: Dict[str, BrokerState] = {}
+        self._fixed: Dict[MessageQueue, Item] = {}  # fixed queue -> its one item
+        self._waiting: Deque[Part] = deque()  # to send (again): busy, a retry, a cut run
+        self._open: Dict[int, Item] = {}  # every item not yet reported, by id()
 
     # ------------------------------------------------------------------ public
 
@@ -252,13 +185,13 @@ class SendPipeline:
         """Send ``item``; blocks while its broker (or its fixed queue) is at its limit or
         backing off."""
         self._send_waiting()
-        whole = _Item(item, item.count)
+        whole = Item(item, item.count)
         self._open[id(whole)] = whole
         if item.queue is not None:
             while item.queue in self._fixed:
                 self._advance(self._fixed[item.queue])
             self._fixed[item.queue] = whole
-        self._send(_Part(whole, item.payload, item.count))
+        self._send(Part(whole, item.payload, item.count))
 
     def flush(self) -> PipelineStats:
         """Wait until every submitted request is acknowledged (or raise)."""
@@ -275,11 +208,6 @@ class SendPipeline:
     def in_flight(self) -> int:
         return sum(len(b.fifo) for b in self._brokers.values())
 
-    def window(self, broker: str) -> int:
-        """How many requests ``broker`` may have on the wire now."""
-        state = self._brokers.get(broker)
-        return self.max_in_flight if state is None else state.window.size
-
     def unreported(self) -> List[Any]:
         """Results of messages stored for requests that were not reported to ``on_result``
         (sent or answered in parts and still pending, or failed): what a caller that gives
@@ -288,10 +216,10 @@ class SendPipeline:
 
     # ------------------------------------------------------------------ internals
 
-    def _broker(self, name: str) -> _Broker:
+    def _broker(self, name: str) -> BrokerState:
         state = self._brokers.get(name)
         if state is None:
-            state = self._brokers[name] = _Broker(deque(), SendWindow(self.max_in_flight))
+            state = self._brokers[name] = BrokerState(SendWindow(self.max_in_flight))
         return state
 
     def _pick(self, topic: str, avoid: Sequence[str], refresh: bool = False) -> MessageQueue:
@@ -299,7 +227,7 @@ class SendPipeline:
         fresh = [q for q in queues if q.broker_name not in avoid] or queues
         return fresh[next(self._rr) % len(fresh)]
 
-    def _choose(self, part: _Part) -> MessageQueue:
+    def _choose(self, part: Part) -> MessageQueue:
         """The part's queue: its item's fixed one, or the next one round robin, away from
         the broker that just failed it and from brokers backing off."""
         item = part.whole.item
@@ -316,7 +244,7 @@ class SendPipeline:
         except RocketMQError as route_error:
             raise self._send_failed(part, route_error) from route_error
 
-    def _advance(self, holder: _Item) -> None:
+    def _advance(self, holder: Item) -> None:
         """Make progress on the item holding a fixed queue."""
         if self._waiting:
             self._send_waiting()
@@ -327,7 +255,7 @@ class SendPipeline:
         while self._waiting:
             self._send(self._waiting.popleft())
 
-    def _send(self, part: _Part) -> None:
+    def _send(self, part: Part) -> None:
         """Start ``part`` once its broker has room and is not backing off; a run larger than
         a busy broker's window is cut, its rest sent next."""
         queue = self._choose(part)
@@ -376,7 +304,7 @@ class SendPipeline:
         broker.fifo.append(part)
         broker.requests += weight
 
-    def _cut(self, part: _Part, head: int) -> Tuple[_Part, _Part]:
+    def _cut(self, part: Part, head: int) -> Tuple[Part, Part]:
         """The first ``head`` messages of a run, and a part for the rest (same attempt)."""
         whole = part.whole
         if whole.slots is None:
@@ -390,7 +318,7 @@ class SendPipeline:
                                    brokers=list(part.brokers))
         return first, rest
 
-    def _finish_oldest(self, broker: _Broker) -> None:
+    def _finish_oldest(self, broker: BrokerState) -> None:
         part = broker.fifo.popleft()
         in_flight = broker.requests
         broker.requests -= part.weight
@@ -411,7 +339,7 @@ class SendPipeline:
             return
         self._stored(part, broker, results)
 
-    def _stored(self, part: _Part, broker: _Broker, results: Sequence[Any]) -> None:
+    def _stored(self, part: Part, broker: BrokerState, results: Sequence[Any]) -> None:
         broker.window.on_success(part.epoch, part.weight, time.monotonic() - part.sent_at)
         broker.clock.progress()
         stats = self.stats
@@ -419,7 +347,7 @@ class SendPipeline:
         stats.bytes += part.outgoing().size
         self._keep(part, list(range(part.count)), results)
 
-    def _keep(self, part: _Part, positions: Sequence[int], results: Sequence[Any]) -> None:
+    def _keep(self, part: Part, positions: Sequence[int], results: Sequence[Any]) -> None:
         """Results of messages of ``part`` stored; the item is reported once all are."""
         whole = part.whole
         name = part.queue.broker_name
@@ -444,7 +372,7 @@ class SendPipeline:
         if self.on_result is not None:
             self.on_result(item, whole.queue, results)
 
-    def _refused_in_part(self, part: _Part, broker: _Broker, refusal: PartlyRefused,
+    def _refused_in_part(self, part: Part, broker: BrokerState, refusal: PartlyRefused,
                          in_flight: int) -> None:
         """Keep what was stored, send exactly the refused messages again."""
         if refusal.stored:
@@ -459,7 +387,7 @@ class SendPipeline:
             part.count = len(refusal.refused)
         self._busy(part, broker, refusal.cause, len(refusal.refused), in_flight)
 
-    def _busy(self, part: _Part, broker: _Broker, error: BaseException, answers: int,
+    def _busy(self, part: Part, broker: BrokerState, error: BaseException, answers: int,
               in_flight: int) -> None:
         """Back off from the broker and queue the refused request to be sent again."""
         now = time.monotonic()
@@ -481,7 +409,7 @@ class SendPipeline:
         part.handle = None
         self._waiting.append(part)
 
-    def _failed(self, part: _Part, exc: RocketMQError) -> None:
+    def _failed(self, part: Part, exc: RocketMQError) -> None:
         """A real failure: retry (on another broker unless the queue is fixed) or raise."""
         now = time.monotonic()
         part.handle = None
@@ -497,7 +425,7 @@ class SendPipeline:
             part.avoid, part.refresh = [part.queue.broker_name], True
         self._waiting.append(part)
 
-    def _send_failed(self, part: _Part, cause: BaseException) -> SendFailed:
+    def _send_failed(self, part: Part, cause: BaseException) -> SendFailed:
         failure = SendFailed(part.whole.item, part.attempts, time.monotonic() - part.started,
                              cause, part.brokers)
         failure.stored = part.whole.stored()
