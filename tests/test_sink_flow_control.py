@@ -176,6 +176,27 @@ def test_a_broker_busy_past_the_budget_fails_the_write_and_leaves_nothing(spark,
         assert visible(c, topic) == 0
 
 
+def test_a_jobs_commits_refused_by_a_busy_transaction_queue_are_sent_again(spark,
+                                                                          unique_name):
+    """A df.write has no check-back responder, so its END_TRANSACTION COMMITs must arrive:
+    4.9.8's fast failure answers an END_TRANSACTION that waited longer than
+    waitTimeMillsInTransactionQueue SYSTEM_BUSY and does not apply it
+    (BrokerFastFailure.cleanExpiredRequest; RequestTask.returnResponse answers oneway requests
+    too). With a 1 ms wait most COMMITs of a 20,000-row job expire; the job's commit sends
+    them again until the broker confirms, so every row is visible, once."""
+    rows = 20_000
+    with EmbeddedCluster(brokers=1, wait_ms_in_transaction_queue=1) as c:
+        topic = unique_name("FcEnds")
+        c.create_topic(topic, 4)
+        write(ids_frame(spark, rows, 2), c, topic, deliveryGuarantee="exactlyOnce")
+        assert c.flow_control_stats()["transaction_timeout"] > 0, \
+            "no END_TRANSACTION expired: the test proves nothing"
+        assert visible(c, topic) == rows  # the job's commit returned after confirmation
+        assert Counter(body for body, _ in stored(c, topic)) == \
+            Counter(str(i) for i in range(rows))
+        assert not c.pending_transactions("broker-a"), "a half message left unsettled"
+
+
 # ---------------------------------------------------------------------- a stream's rate
 
 

@@ -23,7 +23,10 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from ..client.transaction import HalfHandle, Outcome, end_transactions, half_properties
+from ..client.errors import RocketMQError
+from ..client.transaction import (
+    HalfHandle, Outcome, end_transactions_confirmed, half_properties,
+)
 from ..options import NAME_CHARS, OptionError
 from ..spark_compat import stream_writer_bases
 from . import exactly_once
@@ -126,9 +129,24 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
 
     def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
         if self.options.exactly_once:
-            remoting = shared_producer(self.options).remoting
-            end_transactions(remoting, self._group(), _handles(messages), Outcome.COMMIT)
+            self._commit_halves(_handles(messages))
         log.info("rocketmq sink job %s committed: %s", self.job_token, _totals(messages))
+
+    def _commit_halves(self, handles: List[HalfHandle]) -> None:
+        """COMMIT every half message as requests the brokers answer: a job has no checkpoint
+        and no check-back responder, so a COMMIT a busy broker refuses (its END_TRANSACTION
+        queue expired it) must be sent again, and one never confirmed must fail the job
+        rather than leave its row to be discarded unseen."""
+        remoting = shared_producer(self.options).remoting
+        wait = (self.options.send_timeout_ms + self.options.broker_busy_timeout_ms) / 1000.0
+        applied, missed = end_transactions_confirmed(remoting, self._group(), handles,
+                                                     Outcome.COMMIT, wait)
+        if missed:
+            raise RocketMQError(
+                f"rocketmq sink job {self.job_token}: the brokers confirmed {applied} of "
+                f"{len(handles)} COMMITs (END_TRANSACTION); the other {len(missed)} rows may be "
+                "missing (never duplicated): a broker that never settles a half message "
+                "discards it after transactionCheckMax checks")
 
     def abort(self, messages: List[Optional[WriterCommitMessage]]) -> None:
         if self.options.exactly_once:
