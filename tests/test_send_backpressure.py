@@ -27,7 +27,6 @@ from rocketmq_spark.client.backpressure import BusyLog, SendWindow, is_busy
 from rocketmq_spark.client.errors import ProxyError, RequestTimeout, ResponseError
 from rocketmq_spark.client.producer import queue_for_key
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
-from rocketmq_spark.client.protocol.message import decode_messages
 from rocketmq_spark.client.remoting import RemotingClient
 from rocketmq_spark.client.send_pipeline import BrokerStayedBusy, Outgoing, SendFailed
 from rocketmq_spark.client.transaction import (
@@ -38,6 +37,8 @@ from rocketmq_spark.sink.options import parse_sink_options
 from rocketmq_spark.sink.schema import plan_columns
 from rocketmq_spark.sink.task import SinkWriteError, write_task
 from rocketmq_spark.sink.writer import _half_properties
+
+from broker_store import stored_messages
 from waiting import wait_until
 
 TIMEOUT_CLEAN_QUEUE = ("[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, "
@@ -57,20 +58,6 @@ SEND_CODES = [RequestCode.SEND_BATCH_MESSAGE, RequestCode.SEND_MESSAGE_V2]
 def one_broker(embedded_cluster_factory):
     """A broker of its own: nowhere else to send, so every busy answer must be waited out."""
     return embedded_cluster_factory(brokers=1)
-
-
-def stored_bodies(cluster, topic: str, queues: int = 4):
-    """Every stored message of ``topic``, queue by queue, in queue order."""
-    out = []
-    for b in cluster.brokers:
-        store = cluster._broker(b.name).store
-        for qid in range(queues):
-            q = cluster._call(store.existing_queue, topic, qid)
-            if q is None:
-                continue
-            out.extend((qid, decode_messages(q.record(o))[0])
-                       for o in range(q.min_offset, q.max_offset))
-    return out
 
 
 def batches(producer, topic, n, size=100):
@@ -96,7 +83,7 @@ def test_busy_answers_are_no_attempts_and_every_message_is_stored_once(one_broke
         stats = pipeline.flush()
     assert (stats.messages, stats.retries, stats.busy) == (2000, 0, 6)
     assert stats.busy_by_broker == {"broker-a": 6}
-    bodies = Counter(m.body for _, m in stored_bodies(one_broker, topic))
+    bodies = Counter(m.body for _, m in stored_messages(one_broker, topic))
     assert bodies == Counter(b"m%d" % i for i in range(2000)), "each exactly once"
 
 
@@ -256,7 +243,7 @@ def test_a_fixed_queue_keeps_submission_order_through_busy_answers(one_broker, u
         producer.send_many([Message(topic, b"%d" % i, sharding_key="the-key")
                             for i in range(1500)], batch_size=10)
     one_broker.clear_faults()
-    placed = [(qid, int(m.body)) for qid, m in stored_bodies(one_broker, topic)]
+    placed = [(qid, int(m.body)) for qid, m in stored_messages(one_broker, topic)]
     assert {q for q, _ in placed} == {queue.queue_id}
     assert [n for _, n in placed] == list(range(1500))
     assert producer.busy_log.total == 12
@@ -294,9 +281,9 @@ def committed_in_order(cluster, topic, summary, group):
     handles = [HalfHandle.from_tuple(t) for t in summary.handles]
     with RemotingClient() as remoting:
         end_transactions(remoting, group, handles, Outcome.COMMIT)
-    wait_until(lambda: len(stored_bodies(cluster, topic)) >= len(handles), 10,
+    wait_until(lambda: len(stored_messages(cluster, topic)) >= len(handles), 10,
                "the committed rows")
-    return stored_bodies(cluster, topic)
+    return stored_messages(cluster, topic)
 
 
 def test_a_run_refused_in_part_sends_exactly_the_refused_halves_again(one_broker, unique_name):
@@ -353,7 +340,7 @@ def test_an_exactly_once_task_whose_broker_stays_busy_rolls_back_what_it_stored(
     wait_until(lambda: not one_broker.pending_transactions("broker-a"), 10,
                "every stored half rolled back")
     assert one_broker.transaction_stats("broker-a")["checks_sent"] == 0
-    assert stored_bodies(one_broker, topic) == []
+    assert stored_messages(one_broker, topic) == []
 
 
 def test_confirmed_rollbacks_send_again_what_a_busy_broker_refused(one_broker, unique_name):
@@ -372,4 +359,4 @@ def test_confirmed_rollbacks_send_again_what_a_busy_broker_refused(one_broker, u
     assert (applied, missed) == (300, [])
     assert not one_broker.pending_transactions("broker-a")
     assert one_broker.flow_control_stats()["busy"] == 0, "the 50 came from the fault rule"
-    assert stored_bodies(one_broker, topic) == []
+    assert stored_messages(one_broker, topic) == []

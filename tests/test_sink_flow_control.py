@@ -17,8 +17,9 @@ from collections import Counter, defaultdict
 import pytest
 
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
-from rocketmq_spark.client.protocol.message import decode_messages
 from rocketmq_spark.embedded import EmbeddedCluster
+
+from broker_store import stored_messages
 from waiting import wait_until
 
 ROWS = 200_000
@@ -34,22 +35,6 @@ def busy_sends(cluster) -> int:
 def visible(cluster, topic: str, queues: int = 4) -> int:
     return sum(cluster.max_offset(topic, b.name, q) for b in cluster.brokers
                for q in range(queues))
-
-
-def stored_messages(cluster, topic: str, queues: int = 4):
-    """(queue id, message) of every message of ``topic``, from the brokers' stores, in
-    queue order."""
-    out = []
-    for b in cluster.brokers:
-        store = cluster._broker(b.name).store
-        for qid in range(queues):
-            q = cluster._call(store.existing_queue, topic, qid)
-            if q is None:
-                continue
-            records = cluster._call(lambda: [q.record(o) for o in range(q.min_offset,
-                                                                         q.max_offset)])
-            out.extend((qid, decode_messages(record)[0]) for record in records)
-    return out
 
 
 def stored(cluster, topic: str, queues: int = 4):
