@@ -114,6 +114,12 @@ def collect_half_answers(address: str, broker_name: str,
     Answers are matched by opaque, not by position: a busy broker's SYSTEM_BUSY answers
     overtake the successes of earlier requests on the same connection."""
     deadline = time.monotonic() + timeout
+    if pending:  # one wait for the last answer: the others are almost always in by then
+        conn, last = pending[-1]
+        try:
+            conn.wait(last, timeout)
+        except RocketMQError:
+            pass
     outcomes: List[HalfOutcome] = []
     status_of = SEND_STATUS_OF_CODE.get
     for (conn, future), uniq in zip(pending, ids):
