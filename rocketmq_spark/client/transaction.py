@@ -198,9 +198,15 @@ def end_transactions_confirmed(remoting: RemotingClient, group: str,
                 sent = {id(h) for h, _, _ in waiting}
                 unconfirmed.extend(h for h in items if id(h) not in sent)
         todo = []
+        for _, conn, last in waiting[-1:]:  # one wait: the other answers are in by then
+            try:
+                conn.wait(last, max(deadline - time.monotonic(), 0.0))
+            except RocketMQError:
+                pass
         for handle, conn, future in waiting:
             try:
-                answer = conn.wait(future, max(deadline - time.monotonic(), 0.0))
+                answer = (future.response if future.done and future.error is None else
+                          conn.wait(future, max(deadline - time.monotonic(), 0.0)))
             except RocketMQError:
                 unconfirmed.append(handle)
                 continue
