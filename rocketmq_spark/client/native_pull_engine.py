@@ -61,7 +61,7 @@ class NativePullEngine(PullEngine):
             self._retire()
             puller = native_pull.make_puller(
                 conn, reader.pull_request(reader.start), reader.end, self.depth,
-                bool(reader.tags), reader.broker_id, reader.brokers.remoting.config.version)
+                reader.filtered, reader.broker_id, reader.brokers.remoting.config.version)
             if puller is None:
                 raise RuntimeError(f"connection to {address} cannot run the native pull loop")
             puller.window = self._window

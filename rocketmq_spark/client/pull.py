@@ -13,6 +13,26 @@ from .protocol.codes import (
 from .protocol.frame import RemotingCommand
 
 
+TAG_TYPE = "TAG"
+SQL92_TYPE = "SQL92"
+
+# What a broker without enablePropertyFilter=true answers (SYSTEM_ERROR) to a pull whose
+# subscription is not a TAG expression (4.9.8 PullMessageProcessor).
+_FILTER_REFUSED = "The broker does not support consumer to filter message by"
+FILTER_SETTING = "enablePropertyFilter"
+
+
+class FilterNotSupportedError(ResponseError):
+    """The broker refuses SQL92 filtering: its ``enablePropertyFilter`` is off. Asking again
+    cannot help (the setting is read at the broker's start), so this is never retried."""
+
+    def __init__(self, code: int, remark: str, request: str, address: str):
+        super().__init__(code, remark, request, address)
+        self.args = (f"the broker at {address or '?'} refuses SQL92 filters ({remark!r}): set "
+                     f"{FILTER_SETTING}=true in its broker.conf and restart it, or read with "
+                     f"filterType=TAG",)
+
+
 class PullStatus(enum.Enum):
     FOUND = "FOUND"                    # messages in the body
     NO_NEW_MSG = "NO_NEW_MSG"          # nothing at the offset (after the long poll, if asked)
@@ -57,7 +77,8 @@ class PullRequest:
     broker_name: str = ""
     max_msg_nums: int = 32
     subscription: str = "*"
-    expression_type: str = "TAG"
+    expression_type: str = "TAG"  # or "SQL92": the broker filters by user properties
+    sub_version: int = 0          # Java's pull consumer sends when it built the subscription
     suspend_timeout_ms: int = 0
     commit_offset: Optional[int] = None
 
@@ -81,7 +102,7 @@ class PullRequest:
             "commitOffset": str(self.commit_offset or 0),
             "suspendTimeoutMillis": str(self.suspend_timeout_ms),
             "subscription": self.subscription or "*",
-            "subVersion": "0",
+            "subVersion": str(self.sub_version),
             "expressionType": self.expression_type,
         }
         if self.broker_name:
@@ -144,6 +165,8 @@ def response_error(response: RemotingCommand, request: str, address: str) -> Res
     if response.code == ResponseCode.NO_PERMISSION or (
             response.code == ResponseCode.SYSTEM_ERROR and _ACL_REMARK.search(remark)):
         return AuthError(response.code, remark, request, address)
+    if response.code == ResponseCode.SYSTEM_ERROR and remark.startswith(_FILTER_REFUSED):
+        return FilterNotSupportedError(response.code, remark, request, address)
     return ResponseError(response.code, remark, request, address)
 
 
@@ -155,5 +178,6 @@ def is_transient(error: BaseException) -> bool:
         return True
     if isinstance(error, ProxyError):  # the 5.x proxy (gRPC) says itself
         return error.transient
-    return (isinstance(error, ResponseError) and not isinstance(error, AuthError)
+    return (isinstance(error, ResponseError)
+            and not isinstance(error, (AuthError, FilterNotSupportedError))
             and error.code in TRANSIENT_CODES)

@@ -46,7 +46,7 @@ class PullEngine(ABC):
         self.reader = reader
         self.settings = reader.settings
         self.answers = 0  # answers the reader acted on
-        self.depth = 1 if reader.tags else max(1, self.settings.pipeline_depth)
+        self.depth = 1 if reader.filtered else max(1, self.settings.pipeline_depth)
         self.window = self.depth  # requests allowed in flight now (less after a busy answer)
         self.bodies: List = []
         self.firsts: List[int] = []

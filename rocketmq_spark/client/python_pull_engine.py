@@ -32,7 +32,7 @@ class PythonPullEngine(PullEngine):
     def _plan(self, offset: int) -> List[Tuple[int, int]]:
         """The ``(offset, nums)`` requests to send now so the pipeline stays full."""
         end = self.reader.end
-        filtered = bool(self.reader.tags)
+        filtered = self.reader.filtered
         wanted = []
         covered, next_start = offset, None
         for start, (nums, _, _) in self.inflight.items():
@@ -69,7 +69,7 @@ class PythonPullEngine(PullEngine):
         if result.status is PullStatus.FOUND:
             if self.window < self.depth:
                 self.widen()
-            if not reader.tags:
+            if not reader.filtered:
                 self._learn(result.next_begin_offset - offset, nums, result.next_begin_offset)
         return offset, result
 

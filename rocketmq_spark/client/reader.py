@@ -3,13 +3,17 @@
 Every pull status is handled here and nowhere else:
 
 * FOUND: keep the messages below ``end`` (and, with a tag filter, those whose TAGS string
-  matches: brokers filter by hash code, so collisions get through), continue at nextBeginOffset.
+  matches: brokers filter by hash code, so collisions get through; a SQL92 filter is the
+  broker's alone, as in Java's clients), continue at nextBeginOffset. A filtered answer skips
+  the offsets that did not match: a filter gap, never data loss.
 * NO_MATCHED_MSG: a filtered window had no match; continue at nextBeginOffset at once.
 * OFFSET_ILLEGAL: the offset is outside [min, max]. Below min, retention deleted messages: data
   loss. Above max, the queue was truncated or recreated: the rest of the range is gone.
 * NO_NEW_MSG before ``end``: the broker has less than it reported when the range was planned
   (a failover to a lagging node, a restart without its data). Retried until the deadline, then
-  data loss for what the broker no longer has.
+  data loss for what the broker no longer has. One that moves nextBeginOffset forward (4.9.8's
+  OFFSET_FOUND_NULL: no consume-queue entries there) moves on at once and counts the skipped
+  offsets as lost.
 
 Data loss raises :class:`DataLossError` unless the caller allowed it; then the skipped ranges are
 logged and counted in :attr:`QueueRangeReader.lost_ranges`. Transient faults (connection loss,
@@ -19,6 +23,9 @@ passes. A busy answer (flow control) is back-pressure, not a fault: the broker's
 pipeline restarts with one pull in flight, and the reader gives up only when the broker has
 answered nothing but busy for ``busy_timeout``. Either way the pull is retried at the offset
 the batch has reached: nothing is skipped or read twice.
+
+A broker that refuses a SQL92 filter (``enablePropertyFilter`` is off) fails the read at once
+(:class:`~.pull.FilterNotSupportedError`), it is never retried.
 
 Pulls are pipelined: without a filter, up to ``pipeline_depth`` requests for the offsets ahead
 are in flight. Each asks for the broker's cap per pull, learned from its answers (a default
@@ -49,7 +56,7 @@ from .protocol.message import MIN_RECORD_SIZE
 from .protocol.properties import split_tags_expression
 from .protocol.route import MessageQueue
 from .native_pull_engine import NativePullEngine
-from .pull import PullRequest, PullResult, PullStatus, is_transient
+from .pull import TAG_TYPE, PullRequest, PullResult, PullStatus, is_transient
 from .pull_engine import PullEngine
 from .python_pull_engine import PythonPullEngine
 
@@ -64,6 +71,8 @@ AddressResolver = Callable[[MessageQueue, int, bool], str]
 class ReadSettings:
     consumer_group: str
     subscription: str = "*"
+    expression_type: str = "TAG"  # or "SQL92"
+    sub_version: int = 0          # when the subscription was built (ms), as Java sends it
     max_msg_nums: int = 32
     pull_timeout: float = 10.0
     pipeline_depth: int = 16
@@ -98,9 +107,15 @@ class QueueRangeReader:
         self.start = start
         self.end = end
         self.settings = settings
-        self.tags = split_tags_expression(settings.subscription)
+        tag_filter = settings.expression_type.upper() == TAG_TYPE
+        self.tags = split_tags_expression(settings.subscription) if tag_filter else []
+        # the broker filters (tags or SQL92): answers skip offsets, so one pull at a time
+        self.filtered = bool(self.tags) or not tag_filter
         self.lost_ranges: List[Tuple[int, int]] = []
-        self.filtered_out = 0
+        self.filtered_out = 0     # rows the client-side tag check dropped
+        self.offsets_found = 0    # offsets of the range that FOUND answers covered
+        self.rows_received = 0    # messages of the range those answers held
+        self.no_match_skipped = 0  # offsets NO_MATCHED_MSG answers moved past
         self.pulls = 0
         self.retries = 0      # retries after a fault (not after a busy answer)
         self.busy_answers = 0  # busy answers acted on
@@ -113,6 +128,12 @@ class QueueRangeReader:
     @property
     def lost_messages(self) -> int:
         return sum(b - a for a, b in self.lost_ranges)
+
+    @property
+    def filter_skipped(self) -> int:
+        """Offsets the broker's filter skipped (filter gaps: not data loss, not counted in
+        :attr:`lost_ranges`)."""
+        return self.offsets_found - self.rows_received + self.no_match_skipped
 
     @property
     def broker_id(self) -> int:
@@ -128,7 +149,9 @@ class QueueRangeReader:
                            queue_id=self.queue.queue_id, queue_offset=offset,
                            broker_name=self.queue.broker_name,
                            max_msg_nums=nums or self.settings.max_msg_nums,
-                           subscription=self.settings.subscription)
+                           subscription=self.settings.subscription,
+                           expression_type=self.settings.expression_type,
+                           sub_version=self.settings.sub_version)
 
     def broker_address(self) -> str:
         """The address to pull from (resolved again after a failure or a suggestion)."""
@@ -264,10 +287,13 @@ class QueueRangeReader:
                 raise RocketMQError(f"broker answered FOUND for {self.queue.key} at {offset} "
                                     f"with nextBeginOffset {nxt}; refusing to loop")
             body = self._trim(result.body) if nxt > self.end else result.body
-            pulls.add(body, offset, min(nxt, self.end) - offset)
+            covered = min(nxt, self.end) - offset
+            self.offsets_found += covered
+            pulls.add(body, offset, covered)
             return nxt
         if status is PullStatus.NO_MATCHED_MSG:
             if nxt > offset:
+                self.no_match_skipped += min(nxt, self.end) - offset
                 return nxt
             pulls.abandon()  # a slave that suppresses corrections answers so: pause, ask again
             self._pause()
@@ -284,6 +310,10 @@ class QueueRangeReader:
             return self.end
         # NO_NEW_MSG before the planned end
         pulls.abandon()
+        if nxt > offset:  # no consume-queue entries from offset on: skip them, don't wait
+            lost_end = min(nxt, self.end)
+            self._lose(offset, lost_end, f"the broker found no entries before {nxt}")
+            return lost_end
         self._failures_since = self._failures_since or time.monotonic()
         if time.monotonic() - self._failures_since > min(s.retry_deadline, s.pull_timeout):
             self._lose(offset, self.end, f"the broker has messages only up to "
@@ -341,7 +371,7 @@ class QueueRangeReader:
                 break
             previous = int.from_bytes(body[start + 20:start + 28], "big", signed=True)
             start += total
-        if not self.tags:
+        if not self.filtered:
             return previous + 1
         if start + 28 <= len(body):
             claimed = int.from_bytes(body[start + 20:start + 28], "big", signed=True)
@@ -363,6 +393,7 @@ class QueueRangeReader:
         offsets = batch.column("queue_offset")
         if batch.num_rows and offsets[-1].as_py() >= self.end:
             batch = batch.filter(pc.less(offsets, self.end))
+        self.rows_received += batch.num_rows
         if self.tags and batch.num_rows:
             keep = pc.is_in(batch.column("tags"), value_set=pa.array(self.tags, pa.string()))
             keep = pc.fill_null(keep, False)
