@@ -46,10 +46,13 @@ class SendResponse:
 
 @dataclass(frozen=True)
 class Subscription:
-    """A topic and its TAG expression, as a heartbeat announces it."""
+    """A topic and its expression (TAG, or SQL92 with the time it was built, in ms), as a
+    heartbeat announces it."""
 
     topic: str
     expression: str = "*"
+    expression_type: str = "TAG"
+    sub_version: int = 0
 
 
 def command(code: int, fields: Optional[Dict[str, object]] = None, body: bytes = b""
@@ -369,10 +372,11 @@ def heartbeat_body(client_id: str, consumer_group: Optional[str],
     if consumer_group:
         subs = []
         for s in subscriptions:
-            tags = split_tags_expression(s.expression)
+            # Java's FilterAPI.build: tags only for TAG; a SQL92 subscription has none
+            tags = split_tags_expression(s.expression) if s.expression_type == "TAG" else []
             subs.append({"classFilterMode": False, "codeSet": [java_string_hash(t) for t in tags],
-                         "expressionType": "TAG", "subString": s.expression or "*",
-                         "subVersion": 0, "tagsSet": tags, "topic": s.topic})
+                         "expressionType": s.expression_type, "subString": s.expression or "*",
+                         "subVersion": s.sub_version, "tagsSet": tags, "topic": s.topic})
         data["consumerDataSet"] = [{
             "consumeFromWhere": consume_from_where, "consumeType": "CONSUME_ACTIVELY",
             "groupName": consumer_group, "messageModel": "CLUSTERING",
