@@ -23,63 +23,41 @@ Leaving (:meth:`GroupMember.leave`: commit, unlock, UNREGISTER_CLIENT) runs on a
 Spark kills the runner instead of calling ``stop()`` most of the time, usually with SIGTERM,
 so the member leaves from a SIGTERM handler too; when the runner dies without one, the broker
 drops the member as soon as its connection closes.
+
+The requests of a round (heartbeat, member list, locks) are in :mod:`.group_requests`.
 """
 from __future__ import annotations
 
 import logging
 import os
-import secrets
 import signal
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from ..client.admin import Admin
-from ..client.broker import Subscription
 from ..client.config import ClientConfig
-from ..client.errors import RocketMQError, RouteNotFound
-from ..client.protocol.codes import PERM_READ, RequestCode, ResponseCode
+from ..client.errors import RocketMQError
+from ..client.protocol.codes import RequestCode, ResponseCode
 from ..client.protocol.frame import RemotingCommand
 from ..client.protocol.route import MessageQueue
 from ..client.remoting import RemotingClient
 from .allocation import allocate
+from .group_requests import (
+    heartbeat, list_members, lock_queues, master_addresses, member_client_id,
+    member_subscriptions, subscribed_queues, unlock_queues,
+)
 from .joining import StartPositions, joining_positions
 from .running_info import running_info_body
+
+__all__ = ["BatchShare", "GroupMember", "member_client_id"]
 
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.1          # how often the member thread reads notifications between rounds
 LOCK_RETRY_SECONDS = 0.5    # how soon a queue allocated to us but locked by another is retried
 LEAVE_TIMEOUT_SECONDS = 5.0  # the most a SIGTERM'd runner spends leaving the group
-RETRY_PREFIX = "%RETRY%"
-
-
-def member_client_id(name: Optional[str] = None) -> str:
-    """A client id unique to this run and readable in ``mqadmin consumerConnection``:
-    ``<ip>@spark-<name>-<pid>-<random>``. The part before ``@`` is the address, as Java and
-    C++ clients put it there and ``mqadmin consumerProgress`` shows that part per queue."""
-    try:
-        ip = socket.gethostbyname(socket.gethostname())
-    except OSError:
-        ip = "127.0.0.1"
-    label = f"spark-{name}" if name else "spark"
-    return f"{ip}@{label}-{os.getpid()}-{secrets.token_hex(3)}"
-
-
-def subscribed_queues(admin: Admin, topics: Iterable[str]) -> Dict[str, List[MessageQueue]]:
-    """Each topic's queues as the Java client lists them for allocation: every queue of every
-    readable QueueData in the route (whether or not its broker has an address now)."""
-    out: Dict[str, List[MessageQueue]] = {}
-    for topic in topics:
-        try:
-            route = admin.names.route(topic, refresh=True)
-        except RouteNotFound:
-            continue
-        out[topic] = sorted(MessageQueue(topic, q.broker_name, i) for q in route.queue_datas
-                            if q.perm & PERM_READ for i in range(q.read_queue_nums))
-    return out
 
 
 @dataclass
@@ -309,22 +287,10 @@ class GroupMember:
             self._notified = False
         topics = self._topics()
         by_topic = subscribed_queues(self.admin, topics)
-        addresses: Dict[str, str] = {}
-        for topic in by_topic:
-            for broker in self.admin.names.route(topic).broker_datas:
-                if broker.master_addr:
-                    addresses[broker.broker_name] = broker.master_addr
-        subscriptions = [Subscription(t, self.expression) for t in sorted(by_topic)]
-        # The retry topic, as push consumers announce it: the broker keeps one subscription
-        # table per group, and a member announcing another topic set makes it flap.
-        subscriptions.append(Subscription(RETRY_PREFIX + self.group))
-        for address in sorted(set(addresses.values())):
-            try:
-                self.admin.brokers.heart_beat(address, self.group, subscriptions,
-                                              consume_from_where="CONSUME_FROM_LAST_OFFSET")
-            except RocketMQError as exc:
-                log.warning("heartbeat of group %s to %s failed: %s", self.group, address, exc)
-        members = self._list_members(sorted(set(addresses.values())))
+        addresses = master_addresses(self.admin, by_topic)
+        heartbeat(self.admin, addresses.values(), self.group,
+                  member_subscriptions(self.group, by_topic, self.expression))
+        members = list_members(self.admin, sorted(set(addresses.values())), self.group)
         with self._lock:
             self.addresses = addresses
             if members is not None:
@@ -341,16 +307,6 @@ class GroupMember:
         if self.lock_queues:
             self._take_locks(renew=True)
 
-    def _list_members(self, addresses: List[str]) -> Optional[List[str]]:
-        """The group's client ids from the first broker that answers (as the Java client asks
-        one broker of the topic); None when none answers (the last allocation then stands)."""
-        for address in addresses:
-            try:
-                return self.admin.brokers.get_consumer_list_by_group(address, self.group)
-            except RocketMQError as exc:
-                log.info("cannot list group %s on %s: %s", self.group, address, exc)
-        return None
-
     def _take_locks(self, renew: bool) -> None:
         """LOCK_BATCH_MQ for the queues we want (and, with ``renew``, those we hold), one
         request per broker; what is granted is valid for ``lock_validity`` seconds."""
@@ -360,23 +316,8 @@ class GroupMember:
             if not renew:
                 targets -= set(self.lock_ok)
             addresses = dict(self.addresses)
-        by_broker: Dict[str, List[MessageQueue]] = {}
-        for mq in targets:
-            if mq.broker_name in addresses:
-                by_broker.setdefault(addresses[mq.broker_name], []).append(mq)
-        granted: Set[MessageQueue] = set()
-        refused: Set[MessageQueue] = set()
-        for address, queues in sorted(by_broker.items()):
-            if self._stopping.is_set():
-                break  # leaving: unlocks follow, and no lock may be taken after them
-            try:
-                ok = set(self.admin.brokers.lock_batch_mq(address, self.group, queues,
-                                                          timeout=3.0))
-            except RocketMQError as exc:
-                log.warning("cannot lock %d queue(s) on %s: %s", len(queues), address, exc)
-                continue
-            granted |= ok
-            refused |= set(queues) - ok
+        granted, refused = lock_queues(self.admin, self.group, targets, addresses,
+                                       self._stopping)
         now = time.monotonic()
         with self._lock:
             # A renewal that crossed the planner's release: give that lock straight back.
@@ -484,18 +425,7 @@ class GroupMember:
         self._committed.update((mq, p) for mq, p in todo.items() if mq not in failed)
 
     def _unlock(self, queues: Set[MessageQueue], admin: Optional[Admin] = None) -> None:
-        by_broker: Dict[str, List[MessageQueue]] = {}
-        for mq in queues:
-            address = self.addresses.get(mq.broker_name)
-            if address:
-                by_broker.setdefault(address, []).append(mq)
-        for address, qs in sorted(by_broker.items()):
-            try:
-                (admin or self.admin).brokers.unlock_batch_mq(address, self.group, qs,
-                                                              timeout=2.0)
-            except RocketMQError as exc:
-                log.warning("cannot unlock %d queue(s) on %s (they expire on their own): %s",
-                            len(qs), address, exc)
+        unlock_queues(admin or self.admin, self.group, queues, dict(self.addresses))
         with self._lock:
             for mq in queues:
                 self.lock_ok.pop(mq, None)

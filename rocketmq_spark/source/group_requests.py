@@ -1,0 +1,135 @@
+"""What a consumer-group member (:class:`.membership.GroupMember`) says to the brokers in a
+rebalance round: who it is, what it subscribes to (HEART_BEAT), who else is in the group
+(GET_CONSUMER_LIST_BY_GROUP), and which queue locks it takes or gives back (LOCK_BATCH_MQ,
+UNLOCK_BATCH_MQ), one request per broker. No state here: the member keeps that.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
+
+from ..client.admin import Admin
+from ..client.broker import Subscription
+from ..client.errors import RocketMQError, RouteNotFound
+from ..client.protocol.codes import PERM_READ
+from ..client.protocol.route import MessageQueue
+
+log = logging.getLogger(__name__)
+
+RETRY_PREFIX = "%RETRY%"
+
+
+def member_client_id(name: Optional[str] = None) -> str:
+    """A client id unique to this run and readable in ``mqadmin consumerConnection``:
+    ``<ip>@spark-<name>-<pid>-<random>``. The part before ``@`` is the address, as Java and
+    C++ clients put it there and ``mqadmin consumerProgress`` shows that part per queue."""
+    try:
+        ip = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        ip = "127.0.0.1"
+    label = f"spark-{name}" if name else "spark"
+    return f"{ip}@{label}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def subscribed_queues(admin: Admin, topics: Iterable[str]) -> Dict[str, List[MessageQueue]]:
+    """Each topic's queues as the Java client lists them for allocation: every queue of every
+    readable QueueData in the route (whether or not its broker has an address now)."""
+    out: Dict[str, List[MessageQueue]] = {}
+    for topic in topics:
+        try:
+            route = admin.names.route(topic, refresh=True)
+        except RouteNotFound:
+            continue
+        out[topic] = sorted(MessageQueue(topic, q.broker_name, i) for q in route.queue_datas
+                            if q.perm & PERM_READ for i in range(q.read_queue_nums))
+    return out
+
+
+def master_addresses(admin: Admin, topics: Iterable[str]) -> Dict[str, str]:
+    """broker name -> master address, over the routes of ``topics`` (cached by the admin)."""
+    addresses: Dict[str, str] = {}
+    for topic in topics:
+        for broker in admin.names.route(topic).broker_datas:
+            if broker.master_addr:
+                addresses[broker.broker_name] = broker.master_addr
+    return addresses
+
+
+def member_subscriptions(group: str, topics: Iterable[str], expression: str
+                         ) -> List[Subscription]:
+    """The subscriptions a member announces: its topics, then the group's retry topic, as push
+    consumers announce it (the broker keeps one subscription table per group, and a member
+    announcing another topic set makes it flap). ``group`` is the name on the wire (with its
+    namespace), so the retry topic is ``%RETRY%<namespace>%<group>`` as Java's is."""
+    subscriptions = [Subscription(t, expression) for t in sorted(topics)]
+    subscriptions.append(Subscription(RETRY_PREFIX + group))
+    return subscriptions
+
+
+def heartbeat(admin: Admin, addresses: Iterable[str], group: str,
+              subscriptions: List[Subscription]) -> None:
+    """HEART_BEAT to every broker of ``addresses``; a broker that fails is logged."""
+    for address in sorted(set(addresses)):
+        try:
+            admin.brokers.heart_beat(address, group, subscriptions,
+                                     consume_from_where="CONSUME_FROM_LAST_OFFSET")
+        except RocketMQError as exc:
+            log.warning("heartbeat of group %s to %s failed: %s", group, address, exc)
+
+
+def list_members(admin: Admin, addresses: List[str], group: str) -> Optional[List[str]]:
+    """The group's client ids from the first broker that answers (as the Java client asks
+    one broker of the topic); None when none answers (the last allocation then stands)."""
+    for address in addresses:
+        try:
+            return admin.brokers.get_consumer_list_by_group(address, group)
+        except RocketMQError as exc:
+            log.info("cannot list group %s on %s: %s", group, address, exc)
+    return None
+
+
+def by_broker(queues: Iterable[MessageQueue], addresses: Mapping[str, str]
+              ) -> Dict[str, List[MessageQueue]]:
+    """``queues`` by their master's address (queues of a broker with no address are left
+    out)."""
+    out: Dict[str, List[MessageQueue]] = {}
+    for mq in queues:
+        address = addresses.get(mq.broker_name)
+        if address:
+            out.setdefault(address, []).append(mq)
+    return out
+
+
+def lock_queues(admin: Admin, group: str, targets: Iterable[MessageQueue],
+                addresses: Mapping[str, str], stopping
+                ) -> Tuple[Set[MessageQueue], Set[MessageQueue]]:
+    """LOCK_BATCH_MQ, one request per broker: (the queues granted, those another member
+    holds). A broker that fails counts for neither; ``stopping`` (an Event) set stops
+    before the next broker (a leaving member takes no lock after its unlocks)."""
+    granted: Set[MessageQueue] = set()
+    refused: Set[MessageQueue] = set()
+    for address, queues in sorted(by_broker(targets, addresses).items()):
+        if stopping.is_set():
+            break
+        try:
+            ok = set(admin.brokers.lock_batch_mq(address, group, queues, timeout=3.0))
+        except RocketMQError as exc:
+            log.warning("cannot lock %d queue(s) on %s: %s", len(queues), address, exc)
+            continue
+        granted |= ok
+        refused |= set(queues) - ok
+    return granted, refused
+
+
+def unlock_queues(admin: Admin, group: str, queues: Iterable[MessageQueue],
+                  addresses: Mapping[str, str]) -> None:
+    """UNLOCK_BATCH_MQ, one request per broker; a failure is logged (locks expire anyway)."""
+    for address, qs in sorted(by_broker(queues, addresses).items()):
+        try:
+            admin.brokers.unlock_batch_mq(address, group, qs, timeout=2.0)
+        except RocketMQError as exc:
+            log.warning("cannot unlock %d queue(s) on %s (they expire on their own): %s",
+                        len(qs), address, exc)
