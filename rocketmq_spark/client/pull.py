@@ -92,12 +92,12 @@ class PullRequest:
         return flag
 
     def ext_fields(self) -> Dict[str, str]:
+        """The header fields, maxMsgNums and queueOffset last: the native loop appends those
+        two to a template of the others, so both paths send the same bytes."""
         fields = {
             "consumerGroup": self.consumer_group,
             "topic": self.topic,
             "queueId": str(self.queue_id),
-            "queueOffset": str(self.queue_offset),
-            "maxMsgNums": str(self.max_msg_nums),
             "sysFlag": str(self.sys_flag),
             "commitOffset": str(self.commit_offset or 0),
             "suspendTimeoutMillis": str(self.suspend_timeout_ms),
@@ -107,6 +107,8 @@ class PullRequest:
         }
         if self.broker_name:
             fields["bname"] = self.broker_name
+        fields["maxMsgNums"] = str(self.max_msg_nums)
+        fields["queueOffset"] = str(self.queue_offset)
         return fields
 
 
