@@ -58,13 +58,15 @@ def master_addresses(admin: Admin, topics: Iterable[str]) -> Dict[str, str]:
     return addresses
 
 
-def member_subscriptions(group: str, topics: Iterable[str], expression: str
+def member_subscriptions(group: str, topics: Iterable[str], expression: str,
+                         expression_type: str = "TAG", sub_version: int = 0
                          ) -> List[Subscription]:
     """The subscriptions a member announces: its topics, then the group's retry topic, as push
     consumers announce it (the broker keeps one subscription table per group, and a member
     announcing another topic set makes it flap). ``group`` is the name on the wire (with its
     namespace), so the retry topic is ``%RETRY%<namespace>%<group>`` as Java's is."""
-    subscriptions = [Subscription(t, expression) for t in sorted(topics)]
+    subscriptions = [Subscription(t, expression, expression_type, sub_version)
+                     for t in sorted(topics)]
     subscriptions.append(Subscription(RETRY_PREFIX + group))
     return subscriptions
 

@@ -85,7 +85,8 @@ class GroupMember:
                  start_positions: StartPositions, *,
                  strategy: str = "averagely", virtual_nodes: int = 10,
                  rooms: Iterable[str] = (), lock_queues: bool = False,
-                 expression: str = "*", interval: float = 20.0):
+                 expression: str = "*", interval: float = 20.0,
+                 expression_type: str = "TAG", sub_version: int = 0):
         self.group = group
         self.client_id = config.client_id
         self._topics = topics
@@ -95,6 +96,7 @@ class GroupMember:
         self.rooms = tuple(rooms)
         self.lock_queues = lock_queues
         self.expression = expression
+        self.expression_type, self.sub_version = expression_type, sub_version  # SQL92 or TAG
         self.interval = interval
         # RocketMQ's client trusts a lock for 30 s when it renews every 20 s; the broker keeps
         # it for 60 s. Same proportions for other intervals.
@@ -289,7 +291,8 @@ class GroupMember:
         by_topic = subscribed_queues(self.admin, topics)
         addresses = master_addresses(self.admin, by_topic)
         heartbeat(self.admin, addresses.values(), self.group,
-                  member_subscriptions(self.group, by_topic, self.expression))
+                  member_subscriptions(self.group, by_topic, self.expression,
+                                       self.expression_type, self.sub_version))
         members = list_members(self.admin, sorted(set(addresses.values())), self.group)
         with self._lock:
             self.addresses = addresses

@@ -11,7 +11,9 @@ rules between them. Every error names the option at fault.
 from __future__ import annotations
 
 import json
+import logging
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -20,9 +22,11 @@ from ..client.protocol.properties import split_tags_expression
 from ..client.protocol.route import MessageQueue
 from ..options import (
     CONNECTION, Option, OptionError, OptionTable, boolean, check_topic, choice, comma_list,
-    group_name, integer, parse_credentials, parse_int, require_name_server,
+    group_name, integer, parse_credentials, parse_int, require_name_server, text,
 )
 from .allocation import MACHINE_ROOM, STRATEGIES
+
+log = logging.getLogger(__name__)
 
 EARLIEST = -2
 LATEST = -1
@@ -64,6 +68,8 @@ class SourceOptions:
     pull_timeout_ms: int = 10_000
     broker_busy_timeout_ms: int = 60_000
     filter: str = "*"
+    filter_type: str = "TAG"
+    filter_version: int = 0  # SQL92: when the driver built the subscription (ms), as subVersion
     include_properties: bool = False
     credentials: Optional[Credentials] = field(default=None, repr=False)
     tls: bool = False
@@ -93,7 +99,7 @@ class SourceOptions:
 
     @property
     def tags(self) -> List[str]:
-        return split_tags_expression(self.filter)
+        return split_tags_expression(self.filter) if self.filter_type == "TAG" else []
 
     def __repr__(self) -> str:
         # Neither key is shown (the access key is a credential too): only whether they are set.
@@ -271,7 +277,9 @@ SOURCE_OPTIONS = OptionTable("the rocketmq source", CONNECTION + (
            "per-request timeout"),
     Option("brokerBusyTimeoutMs", "broker_busy_timeout_ms", integer(0, 3_600_000), 60_000,
            "how long pulls ride out a broker's flow control (busy answers) before failing"),
-    Option("filter", "filter", _tag_expression, "*", "a TAG expression"),
+    Option("filterType", "filter_type", choice("TAG", "SQL92"), "TAG",
+           "SQL92: filter is a SQL92 expression over message properties (broker-side)"),
+    Option("filter", "filter", text, "*", "a TAG expression, or SQL92 with filterType=SQL92"),
     Option("includeProperties", "include_properties", boolean, False,
            "add a properties map column"),
     Option("commitOffsets", "commit_offsets", boolean, True,
@@ -311,7 +319,36 @@ def parse_source_options(raw: Mapping[str, str], streaming: bool) -> SourceOptio
         raise OptionError("commitOffsets=true needs the option consumerGroup (the group the "
                           "offsets are committed to)")
     _membership(values, kw, streaming)
+    _filter(values, kw)
     return SourceOptions(**kw)
+
+
+def _filter(values: Mapping[str, Any], kw: Dict[str, Any]) -> None:
+    """``filter`` as ``filterType`` reads it: a TAG expression, or SQL92 checked here on the
+    driver (a broker takes a bad SQL92 expression as ``*`` and sends every message)."""
+    if kw.get("filter_type", "TAG") == "TAG":
+        kw["filter"] = _tag_expression("filter", values.get("filter", "*"))
+        return
+    kw["filter"] = _sql92_expression(values.get("filter", ""))
+    kw["filter_version"] = int(time.time() * 1000)
+
+
+def _sql92_expression(value: str) -> str:
+    from ..client.filter import FilterSyntaxError, parse_sql92
+
+    expression = value.strip()
+    if not expression:
+        raise OptionError("option filter must be a SQL92 expression with filterType=SQL92, "
+                          "e.g. \"region = 'eu' AND amount > 100\"")
+    try:
+        parsed = parse_sql92(expression)
+    except FilterSyntaxError as exc:
+        raise OptionError(f"option filter (filterType=SQL92) is not valid SQL92 at column "
+                          f"{exc.position}: {exc}") from None
+    if getattr(parsed, "uses_5_1_3", False):
+        log.warning("option filter %r uses operators that brokers before 5.1.3 do not know "
+                    "(they take it as '*' and send every message)", expression)
+    return expression
 
 
 def _one_subscription(given: Mapping[str, str]) -> None:

@@ -76,7 +76,8 @@ class _RunnerState:
                 strategy=options.allocate_strategy,
                 virtual_nodes=options.consistent_hash_virtual_nodes,
                 rooms=options.machine_rooms, lock_queues=options.lock_queues,
-                expression=options.filter, interval=options.rebalance_interval_ms / 1000.0)
+                expression=options.filter, interval=options.rebalance_interval_ms / 1000.0,
+                expression_type=options.filter_type, sub_version=options.filter_version)
             self.admin = self.member.admin
             self.offsets = OffsetReader(options, self.admin)
         else:
@@ -293,7 +294,8 @@ class _StreamReader(DataSourceStreamReader):
         now = time.monotonic()
         if now - runner.heartbeat_at >= HEARTBEAT_SECONDS:
             runner.heartbeat_at = now
-            subscriptions = [Subscription(t, self.options.filter)
+            subscriptions = [Subscription(t, self.options.filter, self.options.filter_type,
+                                          self.options.filter_version)
                              for t in sorted({mq.topic for mq in positions})]
             addresses = sorted(set(runner.offsets.discover().addresses.values()))
             for address in addresses:
