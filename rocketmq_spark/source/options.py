@@ -343,11 +343,14 @@ def _sql92_expression(value: str) -> str:
     try:
         parsed = parse_sql92(expression)
     except FilterSyntaxError as exc:
-        raise OptionError(f"option filter (filterType=SQL92) is not valid SQL92 at column "
-                          f"{exc.position}: {exc}") from None
-    if getattr(parsed, "uses_5_1_3", False):
-        log.warning("option filter %r uses operators that brokers before 5.1.3 do not know "
-                    "(they take it as '*' and send every message)", expression)
+        where = "at the end" if exc.position > len(expression) else f"at column {exc.position}"
+        caret = str(exc).partition("\n")[2]  # the expression, and a caret under the fault
+        raise OptionError(f"option filter (filterType=SQL92) is not valid SQL92 {where} "
+                          f"(position {exc.position}): {exc.reason}\n{caret}") from None
+    if parsed.uses_string_match_operators:
+        log.warning("option filter %r uses CONTAINS, STARTSWITH or ENDSWITH, which brokers "
+                    "before %s do not know (such a broker takes the expression as '*' and "
+                    "sends every message)", expression, parsed.minimum_broker_version)
     return expression
 
 
