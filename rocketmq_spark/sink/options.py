@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..client.acl import Credentials
+from ..client.namespace import namespace_problem, wrap, wrapped_name_problem
 from ..client.send_pipeline import SEND_OK, SEND_STATUSES
 from ..client.producer import MAX_MESSAGE_SIZE
 from ..client.settings import ConnectionSettings
@@ -31,12 +32,14 @@ class SinkOptions:
     """What ``df.write`` / ``writeStream`` with ``format("rocketmq")`` was asked to do.
 
     ``name_servers`` (remoting) or ``endpoints`` (a 5.x proxy, gRPC): exactly one is set.
-    ``topic``: the topic of rows without a ``topic`` column value. ``compress_over``: bodies
-    of this many bytes or more are zlib-compressed (-1: never)."""
+    ``topic``: the topic of rows without a ``topic`` column value, as given (``namespace``
+    puts it and the ``topic`` column's values into the namespace when they are sent).
+    ``compress_over``: bodies of this many bytes or more are zlib-compressed (-1: never)."""
 
     name_servers: Tuple[str, ...] = ()
     endpoints: Optional[str] = None
     topic: Optional[str] = None
+    namespace: str = ""
     producer_group: Optional[str] = None
     credentials: Optional[Credentials] = field(default=None, repr=False)
     tls: bool = False
@@ -81,6 +84,24 @@ def _endpoints(name: str, value: str) -> str:
     return endpoints
 
 
+def _namespace(name: str, value: str) -> str:
+    namespace = value.strip()
+    problem = namespace_problem(namespace)
+    if problem:
+        raise OptionError(f"option {name} {namespace!r} {problem}")
+    return namespace
+
+
+def _names_fit(kw: Mapping[str, Any]) -> None:
+    """The topic and producer group still fit RocketMQ's limits once in the namespace."""
+    namespace = kw.get("namespace") or ""
+    for option, name, kind in (("topic", kw.get("topic"), "topic"),
+                               ("producerGroup", kw.get("producer_group"), "group")):
+        problem = name and wrapped_name_problem(wrap(namespace, name), kind)
+        if problem:
+            raise OptionError(f"option {option}: in namespace {namespace!r}, {problem}")
+
+
 def _send_statuses(name: str, value: str) -> Tuple[str, ...]:
     statuses = [s.strip().upper() for s in value.split(",") if s.strip()]
     for status in statuses:
@@ -94,6 +115,8 @@ SINK_OPTIONS = OptionTable("the rocketmq sink", CONNECTION + (
     Option("endpoints", "endpoints", _endpoints, None,
            "a 5.x proxy's gRPC endpoint instead of nameServer"),
     Option("topic", "topic", topic_name, None, "the topic of rows without a topic value"),
+    Option("namespace", "namespace", _namespace, "",
+           "the namespace of the topics and the producer group (namespace%name on the wire)"),
     Option("producerGroup", "producer_group", group_name, None,
            "the producer group sent with each request",
            shown_default="spark-rocketmq-sink-<query name or id> for streams, "
@@ -143,6 +166,7 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
                           "proxy's transactional gRPC calls (EndTransaction and the telemetry "
                           "stream's recovery commands) yet. Use nameServer, or atLeastOnce "
                           "with endpoints")
+    _names_fit(kw)
     if given.get("checkpointlocation", "").strip():
         kw["checkpoint_location"] = given["checkpointlocation"].strip()
     return SinkOptions(**kw)

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..client.namespace import wrap, wrapped_name_problem
 from ..client.producer import MAX_DELAY_LEVEL
 from ..client.protocol.properties import SYSTEM_PROPERTIES, TRANSIENT_PREFIX
 from ..client.protocol.send_encode import first_index, map_properties
@@ -77,8 +78,11 @@ def normalize(batch: pa.RecordBatch, plan: ColumnPlan, options: SinkOptions,
     """Check and convert ``batch`` (rows ``first_row ..`` of the task)."""
     n = batch.num_rows
     body = batch.column(plan.body)
+    # Over remoting the names are put into the namespace here; a 5.x proxy does it itself
+    # from the namespace the gRPC producer sends (Java's clients do the same).
+    namespace = options.namespace if options.transport == "remoting" else ""
     rows = SinkRows(identity, first_row, n, body, message_ids(identity, first_row, n),
-                    default_topic=options.topic)
+                    default_topic=wrap(namespace, options.topic) if options.topic else None)
     if body.null_count:
         raise _fail(rows, first_index(body.is_null()), "the body is null; every message "
                     "needs a body (use an empty string or binary for an empty one)")
@@ -91,12 +95,17 @@ def normalize(batch: pa.RecordBatch, plan: ColumnPlan, options: SinkOptions,
         if topic.null_count:
             raise _fail(rows, first_index(topic.is_null()), "the topic column is null and no "
                         "topic option is set")
-        for value in pc.unique(topic).to_pylist():
-            if not TOPIC_NAME.match(value):
+        names = pc.unique(topic).to_pylist()
+        for value in names:
+            problem = (None if TOPIC_NAME.match(value) else "is not a valid topic name (letters, "
+                       "digits, %, |, _ and -, at most 127)")
+            if problem is None and namespace:
+                problem = wrapped_name_problem(wrap(namespace, value))
+                problem = problem and f"in namespace {namespace!r}: {problem}"
+            if problem:
                 index = first_index(pc.equal(topic, value))
-                raise _fail(rows, index, f"{value!r} is not a valid topic name (letters, "
-                                         "digits, %, |, _ and -, at most 127)")
-        rows.topic = topic
+                raise _fail(rows, index, f"{value!r} {problem}")
+        rows.topic = _wrapped(topic, names, namespace) if namespace else topic
 
     if plan.tags is not None:
         tags = _strings(batch, plan.tags)
@@ -140,6 +149,15 @@ def normalize(batch: pa.RecordBatch, plan: ColumnPlan, options: SinkOptions,
         rows.properties_map = maps
         rows.user_properties = map_properties(maps)
     return rows
+
+
+def _wrapped(topic: pa.Array, names: list, namespace: str) -> pa.Array:
+    """The topic column with each distinct name (``names``) put into ``namespace``."""
+    wired = [wrap(namespace, name) for name in names]
+    if wired == names:
+        return topic
+    index = pc.index_in(topic, pa.array(names, topic.type))
+    return pa.array(wired, topic.type).take(index)
 
 
 def _check_properties(rows: SinkRows, maps: pa.Array) -> None:

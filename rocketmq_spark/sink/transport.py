@@ -319,11 +319,12 @@ def shared_grpc_producer(options: SinkOptions, group: str) -> Any:
         secret = hashlib.sha256(options.credentials.signature(b"pool").encode()).hexdigest()
     key = ("sink-grpc", options.endpoints, group, options.credentials.access_key
            if options.credentials else None, secret, options.tls, options.tls_verify,
-           options.tls_ca_file, options.send_timeout_ms)
+           options.tls_ca_file, options.send_timeout_ms, options.namespace)
     return pool.shared(key, lambda: GrpcProducer(
         options.endpoints, group=group, credentials=options.credentials, tls=options.tls,
         tls_verify=options.tls_verify, tls_ca_file=options.tls_ca_file,
-        send_timeout=options.send_timeout_ms / 1000.0))
+        namespace=options.namespace, send_timeout=options.send_timeout_ms / 1000.0,
+        topics=(options.topic,) if options.topic else ()))
 
 
 def open_transport(options: SinkOptions, group: str,

@@ -24,6 +24,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from ..client.errors import RocketMQError
+from ..client.namespace import GROUP_MAX_LENGTH, wrap
 from ..client.transaction import (
     HalfHandle, Outcome, end_transactions_confirmed, half_properties,
 )
@@ -57,8 +58,13 @@ def _task_context():
     return context
 
 
-def _group_name(text: str) -> str:
-    return (GROUP_PREFIX + re.sub(rf"[^{NAME_CHARS}]", "_", text))[:255]
+def _group_name(options: SinkOptions, text: str) -> str:
+    """The producer group on the wire: ``producerGroup`` or ours named after ``text``, in
+    the option ``namespace`` (Java's producers put their group into it when they start, and
+    the brokers address check-backs to that name)."""
+    room = GROUP_MAX_LENGTH - (len(options.namespace) + 1 if options.namespace else 0)
+    name = options.producer_group or (GROUP_PREFIX + re.sub(rf"[^{NAME_CHARS}]", "_", text))
+    return wrap(options.namespace, name[:room])
 
 
 def _half_properties(group: str, scope: str, batch_id: int) -> dict:
@@ -125,7 +131,7 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
                                      half_properties=half))
 
     def _group(self) -> str:
-        return self.options.producer_group or _group_name(self.job_token)
+        return _group_name(self.options, self.job_token)
 
     def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
         if self.options.exactly_once:
@@ -189,7 +195,7 @@ class RocketMQStreamWriter(*stream_writer_bases()):
                                      half_properties=half))
 
     def _group(self, query_id: str) -> str:
-        return self.options.producer_group or _group_name(self.query_name or query_id)
+        return _group_name(self.options, self.query_name or query_id)
 
     def _commit_log(self) -> exactly_once.CommitLog:
         return exactly_once.CommitLog(exactly_once.record_root(self.options.checkpoint_location))

@@ -30,11 +30,13 @@ from typing import Deque, Dict, List, Mapping, Optional, Tuple
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from ..client.admin import Admin
+from ..client.admin import LOOKUP_GROUP, Admin
+from ..client.namespace import wrap
 from ..client.errors import RocketMQError
 from ..client.protocol.route import MessageQueue
 from ..options import parse_connection_settings
 from ..spark_compat import REPORTS_LATEST_OFFSET
+from .namespacing import namespace_option, queue_key_without_namespace
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +62,7 @@ class LagReport:
     timestamp: str                    # the progress's timestamp (batch start, UTC)
     measured_at_ms: int               # when the store times were looked up
     num_input_rows: int
-    queues: Dict[str, QueueLag]       # "topic/brokerName/queueId" -> lag
+    queues: Dict[str, QueueLag]       # "topic/brokerName/queueId" -> lag (topic: no namespace)
 
     @property
     def min_offsets_behind_latest(self) -> int:
@@ -113,13 +115,15 @@ def _is_queue(key: str) -> bool:
 class RocketMQLagListener(StreamingQueryListener):
     """Computes :class:`LagReport`\\ s for the rocketmq sources of every query in the session.
 
-    ``options`` are the reader's options (only the connection ones are used: nameServer,
-    accessKey/secretKey, tls*). ``time_lag=False`` skips the store-time lookups. The last
-    ``history`` reports of each query are kept; each report is also logged at INFO and passed
-    to ``on_report`` if given. Lookups that fail leave the time lag unknown; the listener never
-    raises into Spark. ``latest_from_broker``: look the latest offsets up on the brokers instead
-    of reading the progress's ``latestOffset``; by default only where Spark lacks
-    ``reportLatestOffset`` (before 4.2).
+    ``options`` are the reader's options (only the connection ones and ``namespace`` are used:
+    nameServer, accessKey/secretKey, tls*; with a namespace, the report names the queues'
+    topics without it, as the query's rows do, and the lookups' group is in it).
+    ``time_lag=False`` skips the store-time lookups. The last ``history`` reports of each
+    query are kept; each report is also logged at INFO and passed to ``on_report`` if given.
+    Lookups that fail leave the time lag unknown; the listener never raises into Spark.
+    ``latest_from_broker``: look the latest offsets up on the brokers instead of reading the
+    progress's ``latestOffset``; by default only where Spark lacks ``reportLatestOffset``
+    (before 4.2).
     """
 
     def __init__(self, options: Mapping[str, str], *, time_lag: bool = True,
@@ -127,6 +131,8 @@ class RocketMQLagListener(StreamingQueryListener):
                  latest_from_broker: Optional[bool] = None):
         self._settings = parse_connection_settings(
             options, " (RocketMQLagListener: pass the options the query's reader was given)")
+        given = {str(k).lower(): str(v) for k, v in options.items()}
+        self._namespace = namespace_option("namespace", given.get("namespace", ""))
         self._latest_from_broker = latest_from_broker  # None: decided at the first progress
         self._time_lag = time_lag
         self._history = history
@@ -215,7 +221,8 @@ class RocketMQLagListener(StreamingQueryListener):
             query_id=str(progress.id), run_id=str(progress.runId), name=progress.name,
             batch_id=int(progress.batchId), source=index, timestamp=progress.timestamp,
             measured_at_ms=int(time.time() * 1000), num_input_rows=int(source.numInputRows),
-            queues={k: QueueLag(n, stored.get(k)) for k, n in behind.items()})
+            queues={queue_key_without_namespace(k, self._namespace): QueueLag(n, stored.get(k))
+                    for k, n in behind.items()})
 
     def _reads_latest_from_broker(self) -> bool:
         """By the Spark that runs the source: on Spark Connect the server's, whose version the
@@ -256,7 +263,8 @@ class RocketMQLagListener(StreamingQueryListener):
             return {}
         by_queue = {MessageQueue.from_key(k): v for k, v in positions.items()}
         try:
-            found = self._admin_client().store_times(by_queue)
+            found = self._admin_client().store_times(
+                by_queue, group=wrap(self._namespace, LOOKUP_GROUP))
         except RocketMQError as exc:
             log.warning("cannot look up the store times for the time lag: %s", exc)
             return {}

@@ -15,8 +15,10 @@ from typing import Dict, Iterable, List, Optional, Set
 
 from ..client.admin import Admin
 from ..client.errors import AuthError, RocketMQError, RouteNotFound
+from ..client.namespace import unwrap
 from ..client.protocol.route import MessageQueue
 from ..client.pull import PullRequest, PullStatus
+from .namespacing import pattern_topics
 from .options import EARLIEST, LATEST, Bound, OptionError, SourceOptions
 
 log = logging.getLogger(__name__)
@@ -60,16 +62,19 @@ class OffsetReader:
     # ------------------------------------------------------------------ queues
 
     def topics(self) -> List[str]:
+        """The subscribed topics' wire names (a pattern matches names within the namespace,
+        without it)."""
         o = self.options
         if o.topics:
             return list(o.topics)
         if o.assigned:
             return sorted({mq.topic for mq in o.assigned})
-        pattern = re.compile(o.topic_pattern)
         cluster = self.admin.names.cluster_info()
         reserved = set(cluster.cluster_addr_table) | set(cluster.broker_addr_table)
-        return [t for t in self.admin.names.topic_list()
-                if pattern.fullmatch(t) and not SYSTEM_TOPICS.match(t) and t not in reserved]
+        return [t for t in pattern_topics(self.admin.names.topic_list(), o.topic_pattern,
+                                          o.namespace)
+                if not SYSTEM_TOPICS.match(unwrap(t, o.namespace)) and not SYSTEM_TOPICS.match(t)
+                and t not in reserved]
 
     def expire_discovery(self) -> None:
         """Let the next :meth:`discover` look the routes up again (as when they went stale)."""

@@ -25,6 +25,7 @@ from ..options import (
     group_name, integer, parse_credentials, parse_int, require_name_server, text,
 )
 from .allocation import MACHINE_ROOM, STRATEGIES
+from .namespacing import namespace_option, wire_names
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class SourceOptions:
     assigned: Tuple[MessageQueue, ...] = ()
     consumer_group: str = DEFAULT_GROUP
     group_given: bool = False
+    namespace: str = ""
     starting: Bound = Bound("latest")
     ending: Bound = Bound("latest")
     fail_on_data_loss: bool = True
@@ -253,6 +255,8 @@ SOURCE_OPTIONS = OptionTable("the rocketmq source", CONNECTION + (
            shown_default="exactly one"),
     Option("consumerGroup", "consumer_group", group_name, DEFAULT_GROUP,
            "the group pulls name; offsets are read and committed only for a group given"),
+    Option("namespace", "namespace", namespace_option, "",
+           "the namespace of topics and groups (namespace%name on the wire)"),
     Option("startingOffsets", "starting", _positions("earliest", "latest", "group"), None,
            "earliest, latest, group or JSON per queue",
            shown_default="latest (stream), earliest (batch)"),
@@ -319,6 +323,7 @@ def parse_source_options(raw: Mapping[str, str], streaming: bool) -> SourceOptio
         raise OptionError("commitOffsets=true needs the option consumerGroup (the group the "
                           "offsets are committed to)")
     _membership(values, kw, streaming)
+    wire_names(kw)
     _filter(values, kw)
     return SourceOptions(**kw)
 

@@ -5,7 +5,9 @@ import logging
 from typing import Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from ..client.namespace import unwrap
 from ..client.protocol.route import MessageQueue
 from ..client.reader import QueueRangeReader, ReadSettings
 from .arrow import to_spark_batch
@@ -41,8 +43,23 @@ def read_partition(options: SourceOptions, partition: RocketMQPartition
         reader = QueueRangeReader(admin.brokers, resolve, piece.queue, piece.start, piece.end,
                                   settings)
         for batch in reader:
-            yield to_spark_batch(batch, piece.broker_name, options.include_properties)
+            out = to_spark_batch(batch, piece.broker_name, options.include_properties)
+            yield topics_without_namespace(out, options.namespace) if options.namespace else out
         if reader.lost_ranges:
             log.warning("skipped %d lost messages of %s in [%d, %d): %s "
                         "(failOnDataLoss=false)", reader.lost_messages, piece.queue.key,
                         piece.start, piece.end, reader.lost_ranges)
+
+
+def topics_without_namespace(batch: pa.RecordBatch, namespace: str) -> pa.RecordBatch:
+    """``batch`` with its ``topic`` column out of ``namespace`` (``ns%T`` -> ``T``), as Java's
+    consumer hands messages over: each distinct name is unwrapped once, not each row."""
+    index = batch.schema.get_field_index("topic")
+    topics = batch.column(index)
+    encoded = pc.dictionary_encode(topics)
+    names = encoded.dictionary.to_pylist()
+    plain = [unwrap(t, namespace) if t is not None else None for t in names]
+    if plain == names:
+        return batch
+    column = pa.array(plain, topics.type).take(encoded.indices)
+    return batch.set_column(index, batch.schema.field(index), column)
