@@ -16,6 +16,10 @@ It answers as Apache's proxy does in cluster mode, where that is observable:
   call reads back with the first message's id, tags, keys and properties: the genuine behaviour,
   kept so that tests see what a real proxy would store. The answer is one entry per call (the
   batch's ids comma-separated).
+* It refuses what Apache's 5.0 proxy refuses, with the same code and message: names, message
+  sizes and properties (:mod:`.grpc_validation`), settings that declare no topic or group and
+  a Heartbeat from a client without settings (:mod:`.grpc_settings`), a call without a client
+  id (CLIENT_ID_REQUIRED). A resource's namespace makes the broker topic ``ns%topic``.
 * Telemetry answers a client's settings with the proxy's view merged in; Heartbeat and
   NotifyClientTermination answer OK; ReceiveMessage, AckMessage and ChangeInvisibleDuration
   serve the official SimpleConsumer (see :mod:`.grpc_delivery`); QueryAssignment assigns every
@@ -29,6 +33,7 @@ import asyncio
 import itertools
 import logging
 import random
+import time
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple
 
 import grpc
@@ -42,9 +47,10 @@ from ..client.grpc.queue_choice import queue_for_group
 from ..client.protocol.codes import PERM_READ, PERM_WRITE
 from ..client.protocol.route import MessageQueue
 from .grpc_delivery import GroupDelivery, InvalidHandle, decode_handle, tag_filter, to_proto
-from .grpc_send import (
-    PropertiesEncoder, Refused, broker_request, checked_properties, send_response, status,
-    wrap,
+from .grpc_send import PropertiesEncoder, broker_request, checked_properties, send_response
+from .grpc_settings import ClientSettings, SettingsRefused
+from .grpc_validation import (
+    ProxyLimits, Refused, status, topic_not_found, validate_group, validate_topic, wrap,
 )
 from .tls import TlsSettings
 
@@ -57,6 +63,7 @@ ALL_MESSAGE_TYPES = (definition.NORMAL, definition.FIFO, definition.DELAY, defin
 POLL_INTERVAL = 0.05
 MAX_LONG_POLL = 30.0
 DEFAULT_INVISIBLE = 30.0
+CLIENT_ID_REQUIRED = "client id cannot be empty"
 
 
 def _peer_address(context) -> str:
@@ -67,6 +74,18 @@ def _peer_address(context) -> str:
         host, _, port = rest.rpartition(":")
         return f"{host.strip('[]')}:{port}"
     return rest if kind == "ipv4" else "127.0.0.1:0"
+
+
+def _metadata(context) -> Dict[str, str]:
+    return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+
+
+def _group_and_topic(group: definition.Resource, topic: definition.Resource) -> Tuple[str, str]:
+    """The wrapped names, checked (GrpcValidator.validateTopicAndConsumerGroup)."""
+    topic_name, group_name = wrap(topic), wrap(group)
+    validate_topic(topic_name)
+    validate_group(group_name)
+    return group_name, topic_name
 
 
 class GrpcProxy(service_grpc.MessagingServiceServicer):
@@ -80,11 +99,11 @@ class GrpcProxy(service_grpc.MessagingServiceServicer):
         self.port = port
         self.tls = tls
         self.acl = dict(acl) if acl else None
-        self.max_message_size = max_message_size
+        self.limits = ProxyLimits(max_message_size=max_message_size)
+        self.clients = ClientSettings(self.limits)  # client id -> its accepted settings
         self._server: Optional[aio.Server] = None
         self._rr = itertools.count(random.randrange(1 << 16))
         self._deliveries: Dict[Tuple[str, str, str], GroupDelivery] = {}
-        self.clients: Dict[str, int] = {}  # client id -> ClientType, from settings/heartbeats
         self._writable_cache: Dict[str, tuple] = {}
         self._properties = PropertiesEncoder()
 
@@ -121,19 +140,18 @@ class GrpcProxy(service_grpc.MessagingServiceServicer):
 
     # ---------------------------------------------------------------- checks
 
-    def _refusal(self, context, need_client_id: bool = False) -> Optional[definition.Status]:
-        """The status to answer instead of serving the call, or None."""
-        if self.acl is None and not need_client_id:
-            return None
-        metadata = {k: v for k, v in (context.invocation_metadata() or ())
-                    if isinstance(v, str)}
-        if need_client_id and not metadata.get(auth.CLIENT_ID):
-            return status(definition.CLIENT_ID_REQUIRED, f"{auth.CLIENT_ID} is required")
+    def _refusal(self, context) -> Optional[definition.Status]:
+        """The status to answer instead of serving the call, or None: the ACL's signature
+        check, then (GrpcMessagingApplication.validateContext) the client id every call of a
+        5.x client carries."""
+        metadata = _metadata(context)
         if self.acl is not None:
             try:
                 auth.verify_metadata(metadata, self.acl)
             except auth.AuthFailure as exc:
                 return status(definition.UNAUTHORIZED, f"authentication failed: {exc}")
+        if not metadata.get(auth.CLIENT_ID, "").strip():
+            return status(definition.CLIENT_ID_REQUIRED, CLIENT_ID_REQUIRED)
         return None
 
     def _running_brokers(self) -> List["Broker"]:
@@ -174,6 +192,10 @@ class GrpcProxy(service_grpc.MessagingServiceServicer):
         if refusal is not None:
             return service.QueryRouteResponse(status=refusal)
         topic = wrap(request.topic)
+        try:
+            validate_topic(topic)
+        except Refused as exc:
+            return service.QueryRouteResponse(status=exc.status)
         endpoints = self._endpoints(request.endpoints)
         queues = []
         for b in self._running_brokers():
@@ -192,8 +214,7 @@ class GrpcProxy(service_grpc.MessagingServiceServicer):
                                           broker=broker, accept_message_types=ALL_MESSAGE_TYPES)
                           for i, perm in enumerate(perms))
         if not queues:
-            return service.QueryRouteResponse(status=status(
-                definition.TOPIC_NOT_FOUND, f"topic {topic} not found"))
+            return service.QueryRouteResponse(status=topic_not_found(topic).status)
         return service.QueryRouteResponse(status=status(definition.OK), message_queues=queues)
 
     async def QueryAssignment(self, request, context):
@@ -201,6 +222,11 @@ class GrpcProxy(service_grpc.MessagingServiceServicer):
         if refusal is not None:
             return service.QueryAssignmentResponse(status=refusal)
         topic = wrap(request.topic)
+        try:
+            validate_topic(topic)
+            validate_group(wrap(request.group))
+        except Refused as exc:
+            return service.QueryAssignmentResponse(status=exc.status)
         endpoints = self._endpoints(request.endpoints)
         assignments = [
             definition.Assignment(message_queue=definition.MessageQueue(
@@ -209,60 +235,42 @@ class GrpcProxy(service_grpc.MessagingServiceServicer):
                 accept_message_types=ALL_MESSAGE_TYPES))
             for b in self._running_brokers() if topic in b.store.topics]
         if not assignments:
-            return service.QueryAssignmentResponse(status=status(
-                definition.TOPIC_NOT_FOUND, f"topic {topic} not found"))
+            return service.QueryAssignmentResponse(status=topic_not_found(topic).status)
         return service.QueryAssignmentResponse(status=status(definition.OK),
                                                assignments=assignments)
 
     # ---------------------------------------------------------------- client lifecycle
 
     async def Heartbeat(self, request, context):
-        refusal = self._refusal(context, need_client_id=True)
+        refusal = self._refusal(context)
         if refusal is not None:
             return service.HeartbeatResponse(status=refusal)
-        client_id = dict(context.invocation_metadata()).get(auth.CLIENT_ID)
-        self.clients[client_id] = request.client_type
-        return service.HeartbeatResponse(status=status(definition.OK))
+        client_id = _metadata(context)[auth.CLIENT_ID]
+        return service.HeartbeatResponse(status=self.clients.heartbeat(client_id, request))
 
     async def NotifyClientTermination(self, request, context):
         refusal = self._refusal(context)
         if refusal is not None:
             return service.NotifyClientTerminationResponse(status=refusal)
-        self.clients.pop(dict(context.invocation_metadata()).get(auth.CLIENT_ID), None)
+        self.clients.forget(_metadata(context)[auth.CLIENT_ID])
         return service.NotifyClientTerminationResponse(status=status(definition.OK))
 
     async def Telemetry(self, request_iterator, context):
-        refusal = self._refusal(context, need_client_id=True)
+        """Settings are accepted or refused as :mod:`.grpc_settings` says; a refusal ends the
+        stream with its gRPC status, as Apache's proxy does."""
+        refusal = self._refusal(context)
         if refusal is not None:
             yield service.TelemetryCommand(status=refusal)
             return
-        client_id = dict(context.invocation_metadata()).get(auth.CLIENT_ID)
+        metadata = _metadata(context)
+        client_id, language = metadata[auth.CLIENT_ID], metadata.get(auth.LANGUAGE, "")
         async for command in request_iterator:
             if command.HasField("settings"):
-                self.clients[client_id] = command.settings.client_type
-                yield service.TelemetryCommand(status=status(definition.OK),
-                                           settings=self._settings_answer(command.settings))
-
-    def _settings_answer(self, settings: definition.Settings) -> definition.Settings:
-        """The client's settings with the proxy's own view merged in."""
-        answer = definition.Settings()
-        answer.CopyFrom(settings)
-        answer.metric.CopyFrom(definition.Metric(on=False))
-        backoff = answer.backoff_policy
-        if settings.client_type == definition.PRODUCER:
-            answer.publishing.max_body_size = self.max_message_size
-            answer.publishing.validate_message_type = True
-            backoff.max_attempts = 3
-        else:
-            answer.subscription.fifo = False
-            answer.subscription.receive_batch_size = 32
-            if not answer.subscription.HasField("long_polling_timeout"):
-                answer.subscription.long_polling_timeout.FromSeconds(20)
-            backoff.max_attempts = 17
-        backoff.exponential_backoff.initial.FromMilliseconds(10)
-        backoff.exponential_backoff.max.FromSeconds(1)
-        backoff.exponential_backoff.multiplier = 2.0
-        return answer
+                try:
+                    answer = self.clients.accept(client_id, language, command.settings)
+                except SettingsRefused as exc:
+                    await context.abort(exc.code, exc.details)
+                yield service.TelemetryCommand(status=status(definition.OK), settings=answer)
 
     # ---------------------------------------------------------------- sending
 
@@ -277,11 +285,11 @@ class GrpcProxy(service_grpc.MessagingServiceServicer):
 
     async def _send(self, request, peer: str) -> service.SendMessageResponse:
         messages = request.messages
-        topic, properties = checked_properties(messages, self.max_message_size,
-                                               self._properties)
+        topic, properties = checked_properties(messages, self.limits, self._properties,
+                                               int(time.time() * 1000))
         writable = self._writable(topic)
         if not writable:
-            raise Refused(definition.TOPIC_NOT_FOUND, f"topic {topic} not found")
+            raise topic_not_found(topic)
         group = messages[0].system_properties.message_group if len(messages) == 1 else ""
         if group:
             queue, broker = queue_for_group(writable, group)
@@ -310,7 +318,11 @@ class GrpcProxy(service_grpc.MessagingServiceServicer):
         if refusal is not None:
             yield service.ReceiveMessageResponse(status=refusal)
             return
-        group, topic = wrap(request.group), wrap(request.message_queue.topic)
+        try:
+            group, topic = _group_and_topic(request.group, request.message_queue.topic)
+        except Refused as exc:
+            yield service.ReceiveMessageResponse(status=exc.status)
+            return
         try:
             tags = tag_filter(request.filter_expression)
         except ValueError as exc:
@@ -351,7 +363,10 @@ class GrpcProxy(service_grpc.MessagingServiceServicer):
         refusal = self._refusal(context)
         if refusal is not None:
             return service.AckMessageResponse(status=refusal)
-        group, topic = wrap(request.group), wrap(request.topic)
+        try:
+            group, topic = _group_and_topic(request.group, request.topic)
+        except Refused as exc:
+            return service.AckMessageResponse(status=exc.status)
         results, codes = [], set()
         for entry in request.entries:
             result = self._ack_one(group, topic, entry.receipt_handle)
@@ -378,7 +393,10 @@ class GrpcProxy(service_grpc.MessagingServiceServicer):
         refusal = self._refusal(context)
         if refusal is not None:
             return service.ChangeInvisibleDurationResponse(status=refusal)
-        group, topic = wrap(request.group), wrap(request.topic)
+        try:
+            group, topic = _group_and_topic(request.group, request.topic)
+        except Refused as exc:
+            return service.ChangeInvisibleDurationResponse(status=exc.status)
         try:
             delivery = self._delivery(group, topic, decode_handle(request.receipt_handle)[0])
             if delivery is None:

@@ -18,7 +18,8 @@ from ..client.protocol.message import BatchEntry, encode_batch
 from ..client.protocol.properties import (
     KEYS, SHARDING_KEY, TAGS, UNIQ_KEY, encode_properties, java_hashmap_order,
 )
-from .grpc_delivery import SYSTEM_PROPERTIES, TIMER_DELIVER_MS, TRACE_CONTEXT
+from .grpc_delivery import TIMER_DELIVER_MS, TRACE_CONTEXT
+from .grpc_validation import ProxyLimits, Refused, status, validate_message, validate_topic, wrap
 
 # Broker answers to the proxy's status codes (what the proxy reports for a failed send).
 BROKER_CODES = {
@@ -35,26 +36,7 @@ _V2 = {name: SEND_V2_KEYS.get(name, name) for name in (
     "bornTimestamp", "flag", "properties", "reconsumeTimes", "bname", "batch")}
 
 
-def status(code: int, message: str = "") -> definition.Status:
-    """A gRPC status; without a message, the code's name (as Apache's proxy answers)."""
-    return definition.Status(code=code, message=message or definition.Code.Name(code))
-
-
 OK = status(definition.OK)
-
-
-class Refused(Exception):
-    """A send the proxy refuses, with the status it answers."""
-
-    def __init__(self, code: int, message: str):
-        super().__init__(message)
-        self.status = status(code, message)
-
-
-def wrap(resource: definition.Resource) -> str:
-    """Apache's namespace wrapping: ``namespace%name``."""
-    ns = resource.resource_namespace
-    return f"{ns}%{resource.name}" if ns else resource.name
 
 
 class PropertiesEncoder:
@@ -79,19 +61,12 @@ class PropertiesEncoder:
 
 
 def _properties(message: definition.Message, topic: str) -> Dict[str, str]:
-    props: Dict[str, str] = {}
-    for key, value in message.user_properties.items():
-        if key in SYSTEM_PROPERTIES:
-            raise Refused(definition.ILLEGAL_MESSAGE_PROPERTY_KEY,
-                          f"property is used by system: {key}")
-        props[key] = value
+    props: Dict[str, str] = dict(message.user_properties)  # (checked: grpc_validation)
     system = message.system_properties
     if system.tag:
         props[TAGS] = system.tag
     if system.keys:
         props[KEYS] = " ".join(system.keys)
-    if not system.message_id:
-        raise Refused(definition.ILLEGAL_MESSAGE_ID, "message id is empty")
     props[UNIQ_KEY] = system.message_id
     if system.HasField("delivery_timestamp"):
         props[TIMER_DELIVER_MS] = str(system.delivery_timestamp.ToMilliseconds())
@@ -104,24 +79,21 @@ def _properties(message: definition.Message, topic: str) -> Dict[str, str]:
     return props
 
 
-def checked_properties(messages: Sequence[definition.Message], max_message_size: int,
-                       encoder: PropertiesEncoder) -> Tuple[str, List[str]]:
+def checked_properties(messages: Sequence[definition.Message], limits: ProxyLimits,
+                       encoder: PropertiesEncoder, now_ms: int) -> Tuple[str, List[str]]:
     """The call's topic (namespace-wrapped) and each message's properties text; refuses a call
-    as the proxy does (no message, mixed topics, an empty or too large body, a bad property)."""
+    as SendMessageActivity does, in its order (no message, the topic's name, then each
+    message: another topic, then :func:`.grpc_validation.validate_message`)."""
     if not messages:
         raise Refused(definition.MESSAGE_CORRUPTED, "no message to send")
     first_topic = messages[0].topic
     topic = wrap(first_topic)
+    validate_topic(topic)
     properties = []
     for m in messages:
         if m.topic != first_topic:
             raise Refused(definition.MESSAGE_CORRUPTED, "topic in message is not same")
-        size = len(m.body)
-        if not size:
-            raise Refused(definition.MESSAGE_BODY_EMPTY, "message body is empty")
-        if size > max_message_size:
-            raise Refused(definition.MESSAGE_BODY_TOO_LARGE,
-                          f"message body size {size} exceeds {max_message_size}")
+        validate_message(m, limits, now_ms)
         properties.append(encoder.encode(m, topic))
     return topic, properties
 

@@ -5,7 +5,12 @@ and every call but the sends' planning.
 The introduction is what the official clients do after their first QueryRoute: the settings
 over a Telemetry stream (the proxy answers with the largest body it takes; the stream stays open
 for the client's life) and a Heartbeat, repeated every ``HEARTBEAT_INTERVAL`` seconds while the
-producer sends. Closing tells the proxy the client is gone (NotifyClientTermination).
+producer sends. The settings declare the topics the producer publishes to (Apache's proxy
+refuses settings without one): those it was made with and the first one it sends to; a topic
+met later is declared before its first send by sending the settings again, grown, and waiting
+for the proxy's answer (:meth:`ProxyChannel.declare`). A stream the proxy ended is opened again
+with every topic declared so far. Closing tells the proxy the client is gone
+(NotifyClientTermination).
 """
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ import concurrent.futures
 import logging
 import threading
 import time
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, Awaitable, Callable, FrozenSet, List, Optional, Sequence
 
 import grpc
 from grpc import aio
@@ -27,7 +32,7 @@ from . import status
 from .auth import CallMetadata
 from .endpoints import ProxyEndpoints
 from .io_loop import IoLoop, shared_io_loop
-from .telemetry import Session, producer_settings
+from .telemetry import Session, producer_settings, topic_resources
 from .tls import channel_credentials
 
 log = logging.getLogger(__name__)
@@ -45,7 +50,8 @@ class ProxyChannel:
     coroutines run on the I/O loop."""
 
     def __init__(self, endpoints: ProxyEndpoints, metadata: CallMetadata, version: str, *,
-                 tls: bool, tls_verify: bool, tls_ca_file: Optional[str], timeout: float):
+                 tls: bool, tls_verify: bool, tls_ca_file: Optional[str], timeout: float,
+                 topics: Sequence[str] = (), namespace: str = ""):
         self.endpoints = endpoints
         self.address = str(endpoints)
         self.timeout = timeout
@@ -60,6 +66,9 @@ class ProxyChannel:
         self._session: Optional[Session] = None
         self._last_heartbeat = 0.0
         self._closed = False
+        self._namespace = namespace
+        self._topics: List[str] = list(dict.fromkeys(t for t in topics if t))  # to declare
+        self.declared: FrozenSet[str] = frozenset()  # the topics the proxy has accepted
 
     # ------------------------------------------------------------------ opening
 
@@ -105,29 +114,57 @@ class ProxyChannel:
         self._channel = channel
         self._stub = service_grpc.MessagingServiceStub(channel)
 
-    def introduce(self) -> None:
-        """Before the first send: the settings over Telemetry, then a first Heartbeat (once;
-        learns the largest body the proxy takes)."""
-        if self._session is not None:
+    def introduce(self, topic: str) -> None:
+        """Before a send to ``topic``: the settings over Telemetry (with ``topic`` among the
+        topics) and a first Heartbeat, once; later, ``topic`` declared if it is new. Learns
+        the largest body the proxy takes."""
+        session = self._session
+        if session is not None and session.ended is None and topic in self.declared:
             return
         self.connect()
         with self._lock:
-            if self._session is None:
-                self.run(self._start_session(), 2)
+            session = self._session
+            if session is not None and session.ended is not None:
+                log.info("the settings stream to proxy %s ended (%s); opening it again",
+                         self.address, session.ended)
+                self.run(self._end_session(session))
+                self._session = session = None
+            topics = self._topics + [topic] if topic not in self._topics else self._topics
+            if session is None:
+                self.run(self._start_session(topics), 2)
+            elif topic not in self.declared:
+                self.run(self._declare(session, topics))
 
-    async def _start_session(self) -> None:
+    def _settings(self, topics: Sequence[str]) -> definition.Settings:
+        return producer_settings(self.endpoints.to_proto(),
+                                 topic_resources(topics, self._namespace), self.timeout,
+                                 self._version)
+
+    def _accepted(self, answer: definition.Settings, topics: Sequence[str]) -> None:
+        if answer.HasField("publishing") and answer.publishing.max_body_size > 0:
+            self.max_body_size = answer.publishing.max_body_size
+        self._topics = list(topics)
+        self.declared = frozenset(topics)
+
+    async def _start_session(self, topics: Sequence[str]) -> None:
         session = Session(self._stub, self._metadata(), self.address)
-        answer = await session.start(producer_settings(
-            self.endpoints.to_proto(), [], self.timeout, self._version), self.timeout)
+        answer = await session.start(self._settings(topics), self.timeout)
         try:
-            if answer.HasField("publishing") and answer.publishing.max_body_size > 0:
-                self.max_body_size = answer.publishing.max_body_size
             self._last_heartbeat = time.monotonic()
             await self._heartbeat()
         except BaseException:
             session.close()
             raise
+        self._accepted(answer, topics)
         self._session = session
+
+    async def _declare(self, session: Session, topics: Sequence[str]) -> None:
+        """The settings again, with ``topics``; the proxy's answer before any send."""
+        self._accepted(await session.update(self._settings(topics), self.timeout), topics)
+
+    @staticmethod
+    async def _end_session(session: Session) -> None:
+        session.close()
 
     # ------------------------------------------------------------------ calls
 

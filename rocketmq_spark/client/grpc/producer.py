@@ -14,7 +14,10 @@ message's own properties.
 
 The producer introduces itself as the official clients do: QueryRoute for a topic first
 (:mod:`.routes`), then, before the first send, its settings and a Heartbeat
-(:mod:`.channel`). :mod:`.send_calls` turns a send into calls, :mod:`.dispatch` runs them and
+(:mod:`.channel`). The settings name the topics it publishes to (Apache's proxy refuses
+settings without one): ``topics`` and, before the first send to any other topic, that topic,
+by sending the settings again and waiting for the proxy's answer. :mod:`.send_calls` turns a
+send into calls, :mod:`.dispatch` runs them and
 :class:`~.send_future.GrpcSendFuture` collects their results.
 """
 from __future__ import annotations
@@ -46,9 +49,13 @@ class GrpcProducer:
     ``tls`` (default on, as the proxy serves it) verifies the proxy's certificate against
     ``tls_ca_file`` or the system's roots; ``tls_verify=False`` trusts the certificate the
     proxy presents (its self-signed test certificate). ``credentials`` sign every call (the
-    proxy's ACL). ``send_timeout`` is each call's deadline; at most ``max_in_flight`` calls
-    are pending at once, the rest wait in order. ``multi_message_calls``: see the module
-    docstring (off: one message per call, what Apache's proxy stores faithfully). Thread-safe.
+    proxy's ACL). ``topics``: the topics declared in the first settings (others are declared
+    when first sent to). ``namespace`` (a 5.x namespace, "" for none) goes into every
+    resource (topics of the settings, routes and messages) and the ``x-mq-namespace`` header;
+    the proxy stores the topic as ``namespace%topic``. ``send_timeout`` is each call's
+    deadline; at most ``max_in_flight`` calls are pending at once, the rest wait in order.
+    ``multi_message_calls``: see the module docstring (off: one message per call, what
+    Apache's proxy stores faithfully). Thread-safe.
     A busy broker behind the proxy makes it answer TOO_MANY_REQUESTS: a future's result then
     says which messages were refused (:class:`~..backpressure.PartlyRefused`) for a
     :class:`~..send_pipeline.SendPipeline` to send again after a backoff.
@@ -62,7 +69,8 @@ class GrpcProducer:
                  credentials: Optional[Credentials] = None, tls: bool = True,
                  tls_verify: bool = True, tls_ca_file: Optional[str] = None,
                  namespace: str = "", send_timeout: float = 5.0, max_in_flight: int = 64,
-                 multi_message_calls: bool = False, max_queued: int = MAX_QUEUED):
+                 multi_message_calls: bool = False, max_queued: int = MAX_QUEUED,
+                 topics: Sequence[str] = ()):
         self.endpoints: ProxyEndpoints = parse_endpoints(endpoints)
         if send_timeout <= 0:
             raise ValueError(f"send_timeout must be positive, got {send_timeout}")
@@ -82,7 +90,8 @@ class GrpcProducer:
         metadata = auth.CallMetadata(self.client_id, self.namespace, VERSION, credentials)
         self._channel = ProxyChannel(self.endpoints, metadata, VERSION, tls=tls,
                                      tls_verify=tls_verify, tls_ca_file=tls_ca_file,
-                                     timeout=send_timeout)
+                                     timeout=send_timeout, topics=topics,
+                                     namespace=self.namespace)
         self._routes = RouteCache(self.endpoints, self.namespace,
                                   lambda request: self._channel.call("QueryRoute", request))
         self._dispatcher = Dispatcher(max_in_flight, self._invoke)
@@ -126,7 +135,7 @@ class GrpcProducer:
             raise ValueError("all messages of one send_async must have the same topic")
         route = self._routes.route(topic)
         channel = self._channel
-        channel.introduce()  # (learns the largest body the proxy takes)
+        channel.introduce(topic)  # settings naming the topic (and the largest body taken)
         check_messages(messages, route, channel.max_body_size)
         count = len(messages)
         future = GrpcSendFuture(count, self._address)
