@@ -10,7 +10,8 @@ Prints one line per server once they listen, then ``ready``::
     ready
 
 (plus ``tls MODE CERTFILE`` before ``ready`` when serving TLS, and ``proxy HOST:PORT`` and
-``proxy-tls CERTFILE`` with ``--grpc-proxy``).
+``proxy-tls CERTFILE`` with ``--grpc-proxy``, ``proxy-remoting HOST:PORT`` with
+``--proxy-remoting``).
 
 ``--topic NAME[:QUEUES]`` creates topics, ``--fill TOPIC:COUNT[:SIZE]`` stores COUNT messages of
 SIZE bytes (default 100) spread round-robin over the topic's queues on every broker, without a
@@ -55,6 +56,11 @@ def _parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--grpc-proxy-port", type=int, default=0, help="proxy port (default: free)")
     p.add_argument("--grpc-proxy-plaintext", action="store_true",
                    help="serve the proxy without TLS")
+    p.add_argument("--proxy-remoting", action="store_true",
+                   help="also serve the 5.x proxy's remoting port (give it to clients as their "
+                        "name server)")
+    p.add_argument("--proxy-remoting-port", type=int, default=0,
+                   help="proxy remoting port (default: free)")
     p.add_argument("--max-transfer-count", type=int, default=32, help="per-pull message cap")
     p.add_argument("--max-transfer-bytes", type=int, default=256 * 1024, help="per-pull byte cap")
     p.add_argument("--no-auto-create", action="store_true",
@@ -111,7 +117,8 @@ def _cluster(args: argparse.Namespace, acl, ports) -> EmbeddedCluster:
         namesrv_port=args.port_namesrv, broker_ports=ports, acl=acl, tls=args.tls,
         tls_cert=args.tls_cert, tls_key=args.tls_key, call_timeout=600.0,
         grpc_proxy=args.grpc_proxy, grpc_proxy_tls=not args.grpc_proxy_plaintext,
-        grpc_proxy_port=args.grpc_proxy_port,
+        grpc_proxy_port=args.grpc_proxy_port, proxy_remoting=args.proxy_remoting,
+        proxy_remoting_port=args.proxy_remoting_port,
         max_transfer_count=args.max_transfer_count, max_transfer_bytes=args.max_transfer_bytes,
         auto_create_topics=not args.no_auto_create, search_by_time=args.search_by_time,
         transaction_check_interval=args.transaction_check_interval,
@@ -157,6 +164,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"proxy {cluster.proxy_endpoint}", flush=True)
             if cluster.proxy_tls_cert:
                 print(f"proxy-tls {cluster.proxy_tls_cert}", flush=True)
+        if args.proxy_remoting:
+            print(f"proxy-remoting {cluster.proxy_remoting_addr}", flush=True)
         print("ready", flush=True)
         while not stop.wait(0.5):
             pass

@@ -24,6 +24,7 @@ from .direct_writes import append_messages
 from .faults import FaultInjector
 from .nameserver import NameServer
 from .options import ServerOptions
+from .proxy_remoting import ProxyRemoting
 from .server import RemotingServer
 from .tls import TlsSettings, self_signed_cert
 
@@ -89,7 +90,9 @@ class EmbeddedCluster(ClusterFaults):
     ``tls_cert``/``tls_key`` are given. ``grpc_proxy=True`` adds a 5.x proxy endpoint
     (gRPC ``MessagingService``, :mod:`.grpc_proxy`) over the same stores at
     :attr:`proxy_endpoint`: TLS with the same (or a self-signed) certificate unless
-    ``grpc_proxy_tls=False``. Other keyword arguments are :class:`ServerOptions`.
+    ``grpc_proxy_tls=False``. ``proxy_remoting=True`` adds the 5.x proxy's remoting port
+    (:mod:`.proxy_remoting`) at :attr:`proxy_remoting_addr`, forwarding to the brokers (TLS
+    as the brokers' when ``tls`` is given). Other keyword arguments are :class:`ServerOptions`.
     """
 
     def __init__(self, brokers: int = 1, data_dir: Optional[Union[str, Path]] = None, *,
@@ -98,7 +101,8 @@ class EmbeddedCluster(ClusterFaults):
                  acl: Optional[Mapping[str, str]] = None, tls: Optional[str] = None,
                  tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
                  grpc_proxy: bool = False, grpc_proxy_tls: bool = True,
-                 grpc_proxy_port: int = 0,
+                 grpc_proxy_port: int = 0, proxy_remoting: bool = False,
+                 proxy_remoting_port: int = 0,
                  call_timeout: float = 30.0, **options: Any):
         if brokers < 1:
             raise ValueError("an embedded cluster needs at least one broker")
@@ -146,6 +150,10 @@ class EmbeddedCluster(ClusterFaults):
             self._grpc_proxy = GrpcProxy(self._brokers, host=host, port=grpc_proxy_port,
                                          tls=proxy_tls, acl=self.acl,
                                          max_message_size=self.options.max_message_size)
+        self._proxy_remoting: Optional[ProxyRemoting] = None
+        if proxy_remoting:
+            self._proxy_remoting = ProxyRemoting(self.namesrv, host=host, port=proxy_remoting_port,
+                                                 tls=self.tls_settings, faults=self.faults)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._thread: Optional[threading.Thread] = None
         self._started = False
@@ -195,6 +203,8 @@ class EmbeddedCluster(ClusterFaults):
             await broker.start()
         if self._grpc_proxy is not None:
             await self._grpc_proxy.start()
+        if self._proxy_remoting is not None:
+            await self._proxy_remoting.start()
 
     def stop(self) -> None:
         """Stop every server, flush the data dir and end the loop thread."""
@@ -209,6 +219,8 @@ class EmbeddedCluster(ClusterFaults):
                 shutil.rmtree(self._cert_dir, ignore_errors=True)
 
     async def _stop_all(self) -> None:
+        if self._proxy_remoting is not None:
+            await self._proxy_remoting.stop()
         if self._grpc_proxy is not None:
             await self._grpc_proxy.stop()
         for broker in self._brokers:
@@ -259,6 +271,23 @@ class EmbeddedCluster(ClusterFaults):
         if self._grpc_proxy is None:
             raise RuntimeError("this cluster has no proxy endpoint: pass grpc_proxy=True")
         return self._grpc_proxy.addr
+
+    @property
+    def proxy_remoting_addr(self) -> str:
+        """``"127.0.0.1:port"`` of the 5.x proxy's remoting port (with ``proxy_remoting=True``):
+        give it to a client as its name server."""
+        if self._proxy_remoting is None:
+            raise RuntimeError("this cluster has no proxy remoting endpoint: pass "
+                               "proxy_remoting=True")
+        return self._proxy_remoting.addr
+
+    @property
+    def proxy_remoting(self) -> "ProxyRemoting":
+        """The proxy remoting endpoint itself (its client registry, what it forwarded)."""
+        if self._proxy_remoting is None:
+            raise RuntimeError("this cluster has no proxy remoting endpoint: pass "
+                               "proxy_remoting=True")
+        return self._proxy_remoting
 
     @property
     def namesrv_addr(self) -> str:

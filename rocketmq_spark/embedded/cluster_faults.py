@@ -12,7 +12,7 @@ class ClusterFaults:
     """Fault injection methods of :class:`~.cluster.EmbeddedCluster` (mixed into it).
 
     They rely on the cluster's ``_call`` (run on the loop thread), ``_broker``, ``_brokers``,
-    ``faults``, ``_namesrv_server`` and ``_originals``."""
+    ``faults``, ``_namesrv_server``, ``_proxy_remoting`` and ``_originals``."""
 
     _originals: Dict[tuple, bytes]
 
@@ -56,6 +56,8 @@ class ClusterFaults:
             self._namesrv_server.drop_connections()
             for b in self._brokers:
                 b.server.drop_connections()
+            if self._proxy_remoting is not None:
+                self._proxy_remoting.server.drop_connections()
         self._call(drop)
 
     def fail_next(self, n: int, code: int, remark: str = "",

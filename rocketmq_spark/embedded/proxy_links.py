@@ -1,0 +1,125 @@
+"""The remoting proxy's own connections to its brokers (a genuine proxy is a remoting client of
+them, MQClientAPIExt in cluster mode).
+
+One connection per broker address, opened on first use and kept; requests are pipelined on it
+and matched to their answers by opaque. A broker holds a suspended pull on this connection and
+answers it later, which is how long polling reaches the proxy's client. Requests a broker starts
+(NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE) are dropped: the clients they concern are
+the proxy's, not the broker's.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import ssl
+from dataclasses import replace
+from typing import Dict, Optional
+
+from ..client.protocol.frame import FrameDecoder, RemotingCommand, encode_frame
+from ..client.protocol.route import split_address
+
+log = logging.getLogger(__name__)
+
+
+class BrokerLink(asyncio.Protocol):
+    """One open connection to a broker, with the proxy's requests under way on it."""
+
+    def __init__(self, address: str):
+        self.address = address
+        self.transport: Optional[asyncio.Transport] = None
+        self.closed = False
+        self._decoder = FrameDecoder()
+        self._calls: Dict[int, asyncio.Future] = {}
+        self._opaque = itertools.count(1)
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            commands = self._decoder.feed(data)
+        except Exception as exc:  # a broker that sends no frames: drop the link
+            log.warning("proxy: closing the link to %s: %s", self.address, exc)
+            self.transport.abort()
+            return
+        for cmd in commands:
+            if not cmd.is_response:
+                continue
+            future = self._calls.pop(cmd.opaque, None)
+            if future is not None and not future.done():
+                future.set_result(cmd)
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        calls, self._calls = self._calls, {}
+        for future in calls.values():
+            if not future.done():
+                future.set_exception(ConnectionError(
+                    f"the channel to {self.address} closed"))
+
+    async def request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """``cmd`` sent under the link's own opaque; its answer, or TimeoutError after
+        ``timeout`` seconds (RemotingTimeoutException's words)."""
+        opaque = next(self._opaque)
+        future = asyncio.get_running_loop().create_future()
+        self._calls[opaque] = future
+        self.transport.write(encode_frame(replace(cmd, opaque=opaque)))
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"wait response on the channel <{self.address}> timeout, "
+                               f"{int(timeout * 1000)}(ms)") from None
+        finally:
+            self._calls.pop(opaque, None)
+
+    def oneway(self, cmd: RemotingCommand) -> None:
+        self.transport.write(encode_frame(replace(cmd, opaque=next(self._opaque))))
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class BrokerLinks:
+    """The proxy's links, by broker address."""
+
+    def __init__(self, tls: bool = False):
+        self._ssl = None
+        if tls:  # the brokers' own (often self-signed) certificate: encrypt, do not verify
+            self._ssl = ssl.create_default_context()
+            self._ssl.check_hostname = False
+            self._ssl.verify_mode = ssl.CERT_NONE
+        self._links: Dict[str, BrokerLink] = {}
+        self._opening: Dict[str, asyncio.Future] = {}
+
+    async def link(self, address: str) -> BrokerLink:
+        link = self._links.get(address)
+        if link is not None and not link.closed:
+            return link
+        opening = self._opening.get(address)
+        if opening is not None:
+            return await asyncio.shield(opening)
+        loop = asyncio.get_running_loop()
+        opening = self._opening[address] = loop.create_future()
+        try:
+            host, port = split_address(address)
+            try:
+                _, link = await loop.create_connection(lambda: BrokerLink(address), host, port,
+                                                     ssl=self._ssl)
+            except OSError:
+                raise ConnectionError(f"connect to {address} failed") from None
+            self._links[address] = link
+            opening.set_result(link)
+            return link
+        except BaseException as exc:
+            opening.set_exception(exc)
+            opening.exception()  # retrieved: nobody else may be waiting
+            raise
+        finally:
+            self._opening.pop(address, None)
+
+    def close(self) -> None:
+        for link in self._links.values():
+            link.close()
+        self._links.clear()
