@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 def read_settings(options: SourceOptions) -> ReadSettings:
     return ReadSettings(
         consumer_group=options.consumer_group, subscription=options.filter,
+        expression_type=options.filter_type, sub_version=options.filter_version,
         max_msg_nums=options.pull_batch_size, pull_timeout=options.pull_timeout_ms / 1000.0,
         fail_on_data_loss=options.fail_on_data_loss, verify_crc=options.verify_crc,
         properties=options.include_properties, offset_ids=False,
