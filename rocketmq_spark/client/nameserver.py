@@ -4,11 +4,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Dict, List, Sequence, Tuple, TypeVar, Union
+from typing import Callable, Dict, List, Sequence, Set, Tuple, TypeVar, Union
 
 from .config import parse_name_servers
 from .errors import (
-    NameServerUnavailable, ProtocolError, RemotingConnectionError, RequestTimeout, RouteNotFound,
+    NameServerUnavailable, ProtocolError, RemotingConnectionError, RequestTimeout, ResponseError,
+    RouteNotFound,
 )
 from .protocol.codes import RequestCode, ResponseCode
 from .protocol.frame import RemotingCommand
@@ -38,6 +39,7 @@ class NameServerClient:
         self._current = 0
         self._routes: Dict[str, Tuple[float, TopicRouteData]] = {}
         self._lock = threading.Lock()
+        self._proxies: Set[str] = set()  # addresses that answered as a 5.x proxy's remoting port
 
     def _ask(self, cmd_factory: Callable[[], RemotingCommand], name: str,
              handle: Callable[[RemotingCommand, str], T]) -> T:
@@ -93,7 +95,16 @@ class NameServerClient:
             "GET_ROUTEINFO_BY_TOPIC", handle)
 
     def cluster_info(self) -> ClusterInfo:
+        """The cluster's brokers. A 5.x proxy's remoting port does not serve this request
+        (REQUEST_CODE_NOT_SUPPORTED): through one, the brokers are those of the routes this
+        client has looked up, which the proxy builds from its name server's live view."""
         def handle(r: RemotingCommand, address: str) -> ClusterInfo:
+            if r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                if address not in self._proxies:
+                    self._proxies.add(address)
+                    log.info("%s does not list the cluster's brokers (a 5.x proxy's remoting "
+                             "port): they are taken from the routes", address)
+                return self._brokers_of_routes()
             if r.code != ResponseCode.SUCCESS:
                 raise response_error(r, "GET_BROKER_CLUSTER_INFO", address)
             return ClusterInfo.from_json(r.body)
@@ -105,6 +116,10 @@ class NameServerClient:
         """Every topic the name servers know (for pattern subscriptions)."""
 
         def handle(r: RemotingCommand, address: str) -> List[str]:
+            if r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                raise ResponseError(r.code, f"{address} does not list topics (a 5.x proxy's "
+                                    "remoting port answers only routes of named topics): "
+                                    "subscribe to topics by name", "topic list", address)
             if r.code != ResponseCode.SUCCESS:
                 raise response_error(r, "GET_ALL_TOPIC_LIST_FROM_NAMESERVER", address)
             return sorted(str(t) for t in json_object(r.body, "topic list").get(
@@ -112,3 +127,13 @@ class NameServerClient:
 
         return self._ask(lambda: RemotingCommand(
             code=RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), "topic list", handle)
+
+    def _brokers_of_routes(self) -> ClusterInfo:
+        info = ClusterInfo()
+        for _, route in list(self._routes.values()):
+            for broker in route.broker_datas:
+                info.broker_addr_table[broker.broker_name] = broker
+                members = info.cluster_addr_table.setdefault(broker.cluster, [])
+                if broker.broker_name not in members:
+                    members.append(broker.broker_name)
+        return info

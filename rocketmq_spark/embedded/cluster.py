@@ -377,6 +377,11 @@ class EmbeddedCluster(ClusterFaults):
             return info.client_ids() if info else []
         return self._call(get)
 
+    def lock_holders(self, group: str, broker_name: str) -> Dict[tuple, str]:
+        """(topic, broker name, queue id) -> client id of a broker's unexpired locks of
+        ``group`` (LOCK_BATCH_MQ)."""
+        return self._call(self._broker(broker_name).lock_holders, group)
+
     def append(self, topic: str, broker_name: str, queue_id: int,
                bodies: Iterable[bytes], tags: Optional[str] = None, keys: Optional[str] = None,
                properties: Optional[Mapping[str, str]] = None,

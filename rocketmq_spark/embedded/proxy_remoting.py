@@ -41,6 +41,7 @@ from typing import Dict, Optional, Tuple
 
 from ..client.protocol.codes import FLAG_ONEWAY, VERSION_V4_9_4, RequestCode, ResponseCode
 from ..client.protocol.frame import RemotingCommand
+from ..client.protocol.properties import UNIQ_KEY, property_value
 from ..client.protocol.route import BrokerData, TopicRouteData
 from .consumers import (
     CONSUME_FROM, CONSUME_TYPES, MESSAGE_MODELS, ChannelInfo, ClientRegistry, enum_name,
@@ -314,9 +315,15 @@ class ProxyRemoting:
                 or answer.code != ResponseCode.SUCCESS:
             return
         a = answer.fields
+        # a 5.x broker answers with the message's UNIQ_KEY as transactionId; our brokers
+        # answer as 4.9.8, which sends none, so the proxy reads it from the request
+        transaction_id = a.get("transactionId") or property_value(
+            f.get("i" if v2 else "properties", ""), UNIQ_KEY)
         try:
             commit_log_offset = int(a["msgId"][-16:], 16)
-            key = (f.get("a" if v2 else "producerGroup", ""), a["transactionId"])
+            if not transaction_id:
+                raise KeyError("transactionId")
+            key = (f.get("a" if v2 else "producerGroup", ""), transaction_id)
             self.transactions[key] = (broker, int(a["queueOffset"]), commit_log_offset)
         except (KeyError, ValueError):
             log.warning("proxy: a prepared send's answer lacks its transaction fields")

@@ -94,14 +94,15 @@ def list_members(admin: Admin, addresses: List[str], group: str) -> Optional[Lis
 
 
 def by_broker(queues: Iterable[MessageQueue], addresses: Mapping[str, str]
-              ) -> Dict[str, List[MessageQueue]]:
-    """``queues`` by their master's address (queues of a broker with no address are left
-    out)."""
-    out: Dict[str, List[MessageQueue]] = {}
+              ) -> Dict[Tuple[str, str], List[MessageQueue]]:
+    """``queues`` by their master's address and broker name (queues of a broker with no
+    address are left out). Brokers behind a 5.x proxy share its address, and the proxy hands
+    a (un)lock request to the broker of its first queue only: one request per broker."""
+    out: Dict[Tuple[str, str], List[MessageQueue]] = {}
     for mq in queues:
         address = addresses.get(mq.broker_name)
         if address:
-            out.setdefault(address, []).append(mq)
+            out.setdefault((address, mq.broker_name), []).append(mq)
     return out
 
 
@@ -113,7 +114,7 @@ def lock_queues(admin: Admin, group: str, targets: Iterable[MessageQueue],
     before the next broker (a leaving member takes no lock after its unlocks)."""
     granted: Set[MessageQueue] = set()
     refused: Set[MessageQueue] = set()
-    for address, queues in sorted(by_broker(targets, addresses).items()):
+    for (address, _), queues in sorted(by_broker(targets, addresses).items()):
         if stopping.is_set():
             break
         try:
@@ -129,7 +130,7 @@ def lock_queues(admin: Admin, group: str, targets: Iterable[MessageQueue],
 def unlock_queues(admin: Admin, group: str, queues: Iterable[MessageQueue],
                   addresses: Mapping[str, str]) -> None:
     """UNLOCK_BATCH_MQ, one request per broker; a failure is logged (locks expire anyway)."""
-    for address, qs in sorted(by_broker(queues, addresses).items()):
+    for (address, _), qs in sorted(by_broker(queues, addresses).items()):
         try:
             admin.brokers.unlock_batch_mq(address, group, qs, timeout=2.0)
         except RocketMQError as exc:

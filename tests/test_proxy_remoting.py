@@ -1,0 +1,179 @@
+"""The embedded 5.x proxy's remoting port, with hand-built frames and with our client.
+
+What it answers and refuses follows Apache RocketMQ 5.1's proxy remoting source (read, not run
+against a genuine proxy): GetTopicRouteActivity.java and ProxyTopicRouteData.java (routes),
+AbstractRemotingActivity.java (the ``bname``/``n`` field, VERSION_NOT_SUPPORTED),
+PullMessageActivity.java (subscription, suspend + 10 s), ConsumerManagerActivity.java (lock,
+consumer list), ClientManagerActivity.java (heartbeats), TransactionActivity.java and
+TransactionProcessor.java (END_TRANSACTION), RemotingProtocolServer.java (what is registered).
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from rocketmq_spark.client import Producer
+from rocketmq_spark.client.admin import Admin
+from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
+from rocketmq_spark.client.protocol.properties import encode_properties
+from rocketmq_spark.client.protocol.route import TopicRouteData
+from rocketmq_spark.client.errors import ResponseError
+from rocketmq_spark.source.group_requests import lock_queues, master_addresses
+from raw_client import RawClient
+from waiting import wait_until
+
+NO_BNAME = "Request doesn't have field bname"
+END_TRANSACTION = 37
+
+
+@pytest.fixture(scope="module")
+def proxied():
+    from rocketmq_spark.embedded import EmbeddedCluster
+
+    with EmbeddedCluster(brokers=2, proxy_remoting=True) as cluster:
+        yield cluster
+
+
+def pull_fields(topic, queue_id=0, offset=0, sys_flag=4, suspend=0, group="G", bname=None):
+    fields = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id),
+              "queueOffset": str(offset), "maxMsgNums": "32", "sysFlag": str(sys_flag),
+              "commitOffset": "0", "suspendTimeoutMillis": str(suspend), "subVersion": "0",
+              "subscription": "*", "expressionType": "TAG"}
+    if bname is not None:
+        fields["bname"] = bname
+    return fields
+
+
+def test_routes_name_every_broker_at_the_proxy_address(proxied, unique_name):
+    topic = unique_name("PxRoute")
+    proxied.create_topic(topic, 2)
+    with RawClient(proxied.proxy_remoting_addr) as raw:
+        r = raw.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        assert r.code == ResponseCode.SUCCESS
+        route = TopicRouteData.from_json(r.body)
+        assert sorted(b.broker_name for b in route.broker_datas) == ["broker-a", "broker-b"]
+        assert {a for b in route.broker_datas for a in b.broker_addrs.values()} == {
+            proxied.proxy_remoting_addr}
+        assert all(list(b.broker_addrs) == [0] for b in route.broker_datas)
+        assert r.fields["MSG_REGION"] and r.fields["TRACE_ON"] == "true"
+        missing = raw.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "PxNoSuchTopic"})
+        assert missing.code == ResponseCode.TOPIC_NOT_EXIST
+        assert missing.remark.startswith("CODE: 17  DESC: No topic route info in name server "
+                                         "for the topic: PxNoSuchTopic\n")
+
+
+def test_refusals_as_the_5_1_proxy_words_them(proxied, unique_name):
+    topic = unique_name("PxRefuse")
+    proxied.create_topic(topic, 2)
+    with RawClient(proxied.proxy_remoting_addr) as raw:
+        no_bname = raw.request(RequestCode.PULL_MESSAGE, pull_fields(topic))
+        assert (no_bname.code, no_bname.remark) == (ResponseCode.VERSION_NOT_SUPPORTED, NO_BNAME)
+        # SEND_MESSAGE_V2 names its broker in "n", not "bname"
+        v2 = {"a": "PG", "b": topic, "c": "TBW102", "d": "4", "e": "0", "f": "0",
+              "g": str(int(time.time() * 1000)), "h": "0", "i": "", "j": "0", "k": "false",
+              "bname": "broker-a"}
+        refused = raw.request(RequestCode.SEND_MESSAGE_V2, v2, b"x")
+        assert (refused.code, refused.remark) == (ResponseCode.VERSION_NOT_SUPPORTED, NO_BNAME)
+        sent = raw.request(RequestCode.SEND_MESSAGE_V2, {**v2, "n": "broker-a"}, b"x")
+        assert sent.code == ResponseCode.SUCCESS
+        unknown = raw.request(RequestCode.GET_MAX_OFFSET,
+                              {"topic": topic, "queueId": "0", "bname": "broker-zz"})
+        assert unknown.code == ResponseCode.TOPIC_NOT_EXIST and "broker-zz" in unknown.remark
+        cluster_info = raw.request(RequestCode.GET_BROKER_CLUSTER_INFO)
+        assert (cluster_info.code, cluster_info.remark) == (
+            ResponseCode.REQUEST_CODE_NOT_SUPPORTED, " request type 106 not supported")
+        no_sub = raw.request(RequestCode.PULL_MESSAGE,
+                             pull_fields(topic, sys_flag=0, bname="broker-a", group="PxNobody"))
+        assert (no_sub.code, no_sub.remark) == (ResponseCode.SUBSCRIPTION_NOT_LATEST,
+                                                "the consumer's subscription not latest")
+        nobody = raw.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "PxNone"})
+        assert (nobody.code, nobody.remark) == (ResponseCode.SYSTEM_ERROR, None)
+        empty = json.dumps({"clientId": "c", "consumerGroup": "g", "mqSet": []}).encode()
+        lock = raw.request(RequestCode.LOCK_BATCH_MQ, body=empty)
+        assert (lock.code, lock.remark) == (ResponseCode.SYSTEM_ERROR,
+                                            "MessageQueue set is empty")
+
+
+def test_a_suspended_pull_is_held_at_the_broker_and_answered_through_the_proxy(proxied,
+                                                                              unique_name):
+    topic = unique_name("PxLongPoll")
+    proxied.create_topic(topic, 1, brokers=["broker-b"])
+    with RawClient(proxied.proxy_remoting_addr, timeout=20) as raw:
+        waiting = raw.send(RequestCode.PULL_MESSAGE,
+                           pull_fields(topic, sys_flag=4 | 2, suspend=15000, bname="broker-b"))
+        time.sleep(0.3)  # give the pull time to be suspended; it must still be waiting
+        assert not waiting.done()
+        proxied.append(topic, "broker-b", 0, [b"wake"])
+        answer = waiting.result(15)
+        assert answer.code == ResponseCode.SUCCESS and answer.fields["nextBeginOffset"] == "1"
+        quiet = raw.request(RequestCode.PULL_MESSAGE,
+                            pull_fields(topic, 0, 1, sys_flag=4 | 2, suspend=300,
+                                        bname="broker-b"))
+        assert quiet.code == ResponseCode.PULL_NOT_FOUND
+
+
+def test_offsets_commits_and_locks_reach_each_broker_through_one_address(proxied, unique_name):
+    topic, group = unique_name("PxOffsets"), unique_name("PxGroup")
+    proxied.create_topic(topic, 2)
+    for b in proxied.brokers:
+        proxied.append(topic, b.name, 1, [b"%d" % i for i in range(3 if b.name == "broker-a"
+                                                                     else 5)])
+    with Admin(proxied.proxy_remoting_addr) as admin:
+        queues = admin.queues(topic, refresh=True)
+        assert {admin.master_address(mq) for mq in queues} == {proxied.proxy_remoting_addr}
+        maxes = admin.offsets("max", queues)
+        assert {(mq.broker_name, mq.queue_id): n for mq, n in maxes.items()} == {
+            ("broker-a", 0): 0, ("broker-a", 1): 3, ("broker-b", 0): 0, ("broker-b", 1): 5}
+        admin.commit_offsets(group, {mq: maxes[mq] for mq in queues})
+        wait_until(lambda: proxied.consumer_offset(group, topic, "broker-b", 1) == 5, 10,
+                   "broker-b's commit")
+        assert proxied.consumer_offset(group, topic, "broker-a", 1) == 3
+        # one LOCK_BATCH_MQ per broker: the proxy hands a request to its first queue's broker
+        addresses = master_addresses(admin, [topic])
+        granted, refused = lock_queues(admin, group, queues, addresses, threading.Event())
+        assert sorted(granted) == sorted(queues) and not refused
+        me = admin.remoting.config.client_id
+        for b in proxied.brokers:
+            assert proxied.lock_holders(group, b.name) == {
+                (topic, b.name, q): me for q in (0, 1)}
+
+
+def test_end_transaction_is_answered_at_once_and_settled_from_the_prepared_answer(
+        proxied, unique_name):
+    """TransactionActivity answers SUCCESS before the broker is told; the broker gets the
+    offsets the proxy kept from the prepared send's answer, not the client's."""
+    topic, group = unique_name("PxTxn"), unique_name("PxTxnGroup")
+    proxied.create_topic(topic, 1, brokers=["broker-a"])
+    props = encode_properties({"TRAN_MSG": "true", "PGROUP": group, "UNIQ_KEY": "PXUNIQ1"})
+    v2 = {"a": group, "b": topic, "c": "TBW102", "d": "4", "e": "0", "f": "4",
+          "g": str(int(time.time() * 1000)), "h": "0", "i": props, "j": "0", "k": "false",
+          "n": "broker-a"}
+    with RawClient(proxied.proxy_remoting_addr) as raw:
+        half = raw.request(RequestCode.SEND_MESSAGE_V2, v2, b"held")
+        assert half.code == ResponseCode.SUCCESS
+        assert proxied.max_offset(topic, "broker-a", 0) == 0
+        end = {"producerGroup": group, "tranStateTableOffset": "999", "commitLogOffset": "999",
+               "commitOrRollback": "8", "fromTransactionCheck": "false", "msgId": "PXUNIQ1",
+               "transactionId": "PXUNIQ1", "topic": topic}
+        unknown = raw.request(END_TRANSACTION, {**end, "transactionId": "PXNEVER"})
+        assert (unknown.code, unknown.remark) == (ResponseCode.SUCCESS, None)
+        answer = raw.request(END_TRANSACTION, end)
+        assert (answer.code, answer.remark) == (ResponseCode.SUCCESS, None)
+    wait_until(lambda: proxied.max_offset(topic, "broker-a", 0) == 1, 10, "the commit")
+    assert proxied.pending_transactions("broker-a") == []
+
+
+def test_heartbeats_make_the_proxy_list_the_group_across_brokers(proxied, unique_name):
+    group = unique_name("PxMembers")
+    with Producer(proxied.proxy_remoting_addr):
+        pass
+    with Admin(proxied.proxy_remoting_addr) as admin:
+        admin.brokers.heart_beat(proxied.proxy_remoting_addr, consumer_group=group)
+        members = admin.brokers.get_consumer_list_by_group(proxied.proxy_remoting_addr, group)
+        assert members == [admin.remoting.config.client_id]
+        assert proxied.proxy_remoting.clients.consumers[group].client_ids() == members
+        with pytest.raises(ResponseError):
+            admin.names.topic_list()
