@@ -44,6 +44,7 @@ from ..client.broker import Subscription
 from ..client.errors import RocketMQError
 from ..client.protocol.route import MessageQueue
 from .connect import client_config, shared_admin
+from .filter_check import check_brokers_filter
 from .membership import GroupMember, member_client_id
 from .offset_reader import OffsetReader
 from .offsets import UNRESOLVED, entries_of, from_offset, to_offset, with_entries
@@ -196,7 +197,9 @@ class _StreamReader(DataSourceStreamReader):
                 log.warning("queue %s restarts at %d below %d; the messages in between were "
                             "lost", mq.key, finish[mq], offset)
         groups = pack(ranges(begin, finish), self.options.min_partitions)
-        return to_partitions(groups, runner.offsets.discover().addresses)
+        addresses = runner.offsets.discover().addresses
+        check_brokers_filter(self.options, runner.admin, groups, addresses)
+        return to_partitions(groups, addresses)
 
     def read(self, partition: RocketMQPartition) -> Iterator["pa.RecordBatch"]:
         from .partition_reader import read_partition  # executors only: pyarrow, numpy, C
