@@ -18,7 +18,6 @@ _log = logging.getLogger(__name__)
 
 
 TAG_TYPE = "TAG"
-SQL92_TYPE = "SQL92"
 
 # What a broker without enablePropertyFilter=true answers (SYSTEM_ERROR) to a pull whose
 # subscription is not a TAG expression (4.9.8 PullMessageProcessor).
