@@ -113,9 +113,8 @@ class QueueRangeReader:
         self.filtered = bool(self.tags) or not tag_filter
         self.lost_ranges: List[Tuple[int, int]] = []
         self.filtered_out = 0     # rows the client-side tag check dropped
-        self.offsets_found = 0    # offsets of the range that FOUND answers covered
-        self.rows_received = 0    # messages of the range those answers held
-        self.no_match_skipped = 0  # offsets NO_MATCHED_MSG answers moved past
+        self.rows_received = 0    # messages of the range the broker sent
+        self.reached = start      # the read covers [start, reached)
         self.pulls = 0
         self.retries = 0      # retries after a fault (not after a busy answer)
         self.busy_answers = 0  # busy answers acted on
@@ -131,9 +130,10 @@ class QueueRangeReader:
 
     @property
     def filter_skipped(self) -> int:
-        """Offsets the broker's filter skipped (filter gaps: not data loss, not counted in
-        :attr:`lost_ranges`)."""
-        return self.offsets_found - self.rows_received + self.no_match_skipped
+        """Offsets of the range read so far that the broker's filter skipped (filter gaps:
+        not data loss, not in :attr:`lost_ranges`); exact once the batches are taken."""
+        covered = min(self.reached, self.end) - self.start
+        return max(0, covered - self.lost_messages - self.rows_received)
 
     @property
     def broker_id(self) -> int:
@@ -202,6 +202,7 @@ class QueueRangeReader:
                 self._failures_since, self._backoff = None, s.retry_backoff
                 if result is not None:
                     offset = self._apply(result, offset, pulls)
+                self.reached = offset
                 if pulls.full() or (offset >= self.end and pulls.buffered()):
                     batch = pulls.decode()
                     if batch.num_rows:
@@ -287,13 +288,10 @@ class QueueRangeReader:
                 raise RocketMQError(f"broker answered FOUND for {self.queue.key} at {offset} "
                                     f"with nextBeginOffset {nxt}; refusing to loop")
             body = self._trim(result.body) if nxt > self.end else result.body
-            covered = min(nxt, self.end) - offset
-            self.offsets_found += covered
-            pulls.add(body, offset, covered)
+            pulls.add(body, offset, min(nxt, self.end) - offset)
             return nxt
         if status is PullStatus.NO_MATCHED_MSG:
             if nxt > offset:
-                self.no_match_skipped += min(nxt, self.end) - offset
                 return nxt
             pulls.abandon()  # a slave that suppresses corrections answers so: pause, ask again
             self._pause()
