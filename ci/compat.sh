@@ -27,6 +27,7 @@ COMPAT_TESTS=(
     tests/test_source_batch.py::test_batch_read_defaults_to_earliest_through_latest
     tests/test_source_batch.py::test_ending_offsets_and_ending_timestamp
     tests/test_source_batch.py::test_register_works_as_well_as_discovery
+    tests/test_source_pushdown.py::test_without_pushdown_spark_reads_and_filters_everything
     tests/test_source_arrow.py::test_spark_reads_the_batches
     tests/test_source_stream.py::test_checkpointed_query_restarts_exactly_once_into_parquet
     tests/test_source_stream.py::test_batch_0_replay_keeps_a_start_resolved_from_group_offsets

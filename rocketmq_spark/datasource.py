@@ -35,10 +35,10 @@ class RocketMQDataSource(DataSource):
         return spark_schema(include)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from .source.batch_reader import RocketMQBatchReader
+        from .source.batch_reader import batch_reader
 
         spark_compat.announce()
-        return RocketMQBatchReader(parse_source_options(self.options, streaming=False))
+        return batch_reader(parse_source_options(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from .source.stream_reader import RocketMQStreamReader
