@@ -78,3 +78,62 @@ def test_spark_write_through_the_proxy_100k_rows(spark):
     """The issue's round trip: 100,000 rows. One message per call through a Python proxy:
     several minutes on two cores."""
     write_and_check(spark, 100_000, "SparkGrpcSink100k", timeout=600)
+
+
+def pull(cluster, topic: str, timeout: float = 120) -> list:
+    proc = subprocess.run([sys.executable, str(CPP_PEER), "pull", "--namesrv",
+                           cluster.namesrv_addr, "--topic", topic, "--props", "id"],
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])["messages"]
+
+
+def test_spark_write_to_topics_named_by_a_column(spark, monkeypatch):
+    """Rows whose ``topic`` column names topics the producer has not declared yet (and rows
+    without one, for the option's topic) all arrive, each in its topic, every field exact;
+    and each topic was declared in the producer's settings before its first message was sent
+    (Apache's 5.0 proxy registers a producer per declared topic and refuses settings without
+    one: ClientActivity.java). The embedded proxy is watched, not replaced."""
+    from pyspark.sql import functions as F
+
+    import rocketmq_spark
+    from rocketmq_spark.embedded.grpc_proxy import GrpcProxy
+
+    seen = []  # (topic of a SendMessage, what its client had declared then)
+    original = GrpcProxy.SendMessage
+
+    async def watching(self, request, context):
+        client = dict(context.invocation_metadata()).get("x-mq-client-id")
+        settings = self.clients.by_client.get(client)
+        seen.append((request.messages[0].topic.name,
+                     {t.name for t in settings.publishing.topics} if settings else set()))
+        return await original(self, request, context)
+
+    monkeypatch.setattr(GrpcProxy, "SendMessage", watching)
+    rocketmq_spark.register(spark)
+    rows, topics = 1_200, ["GrpcColT0", "GrpcColT1", "GrpcColT2", "GrpcColT3"]
+    with EmbeddedCluster(brokers=2, grpc_proxy=True) as cluster:
+        for name in topics:
+            cluster.create_topic(name, 2)
+        ident = F.col("id").cast("string")
+        pick = F.col("id") % 4
+        df = (spark.range(rows, numPartitions=2)
+              .select(F.concat(F.lit("body "), ident).alias("body"),
+                      F.when(pick == 0, F.lit(None)).otherwise(
+                          F.concat(F.lit("GrpcColT"), pick.cast("string"))).alias("topic"),
+                      F.concat(F.lit("tag"), pick.cast("string")).alias("tags"),
+                      F.concat(F.lit("key"), ident).alias("keys"),
+                      F.create_map(F.lit("id"), ident).alias("properties")))
+        (df.write.format("rocketmq").mode("append")
+           .option("endpoints", cluster.proxy_endpoint).option("topic", "GrpcColT0")
+           .option("tlsCaFile", cluster.proxy_tls_cert).save())
+        got = {name: pull(cluster, name) for name in topics}
+    for n, name in enumerate(topics):
+        ids = sorted(int(m["properties"]["id"]) for m in got[name])
+        assert ids == list(range(n, rows, 4)), name  # every row once, in its topic
+        for m in got[name]:
+            i = int(m["properties"]["id"])
+            assert (m["body"], m["tags"], m["keys"]) == (f"body {i}", f"tag{n}", f"key{i}")
+    assert len(seen) == rows
+    undeclared = [(topic, declared) for topic, declared in seen if topic not in declared]
+    assert not undeclared, undeclared[:3]

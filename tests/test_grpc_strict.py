@@ -24,6 +24,7 @@ from rocketmq_spark.client.grpc import service_pb2 as service
 from rocketmq_spark.client.grpc import service_pb2_grpc as service_grpc
 from rocketmq_spark.embedded import EmbeddedCluster
 from rocketmq_spark.embedded.grpc_proxy import GrpcProxy
+from rocketmq_spark.embedded.grpc_validation import wrap
 
 MAX_BODY = 1024  # the cluster's max_message_size, which the proxy's limit follows
 FAQ = "\nFor more information, please visit the url, http://rocketmq.apache.org/docs/faq/"
@@ -314,17 +315,21 @@ def test_a_resource_namespace_names_the_broker_topic(cluster, stub):
     assert [r["body"] for r in rows[before:]] == [b"in ns1", b"already"]
 
 
-def test_our_producer_in_a_namespace(cluster):
+def test_our_producer_in_a_namespace(declared_at_send):
     """GrpcProducer(namespace=...) puts it in every resource and the header: its settings
-    declare ``ns1%Strict`` and its messages are stored there, read back by remoting."""
-    before = len(read_topic(cluster, "ns1%Strict"))
-    with GrpcProducer(cluster.proxy_endpoint, tls=False, namespace="ns1",
-                      topics=["Strict"]) as producer:
-        assert [q.topic for q in producer.queues("Strict")] == ["Strict"]
-        results = producer.send([Message("Strict", f"n{i}".encode(), tags="t") for i in range(5)])
-        assert len(results) == 5
-    rows = read_topic(cluster, "ns1%Strict")[before:]
+    declare ``Strict`` in ``ns1`` and its messages are stored in ``ns1%Strict``, read back by
+    remoting."""
+    with EmbeddedCluster(brokers=1, grpc_proxy=True, grpc_proxy_tls=False) as cluster:
+        cluster.create_topic("ns1%Strict", 1)
+        with GrpcProducer(cluster.proxy_endpoint, tls=False, namespace="ns1",
+                          topics=["Strict"]) as producer:
+            assert [q.topic for q in producer.queues("Strict")] == ["Strict"]
+            messages = [Message("Strict", f"n{i}".encode(), tags="t") for i in range(5)]
+            assert len(producer.send(messages)) == 5
+        rows = read_topic(cluster, "ns1%Strict")
     assert sorted(r["body"] for r in rows) == [f"n{i}".encode() for i in range(5)]
+    assert {(topic, tuple(declared)) for topic, declared in declared_at_send} == \
+        {("ns1%Strict", ("ns1%Strict",))}
 
 
 # ------------------------------------------------- our producer declares before it sends
@@ -335,14 +340,14 @@ def declared_at_send(monkeypatch):
     """Watches the embedded proxy (the real one) record, for every SendMessage, the topics the
     sending client had declared in its settings at that moment. Patched on the class before
     the cluster starts (grpc binds the servicer's methods when it starts)."""
-    seen = []
+    seen = []  # (the wrapped topic sent to, the wrapped topics declared)
     original = GrpcProxy.SendMessage
 
     async def watching(self, request, context):
         client = dict(context.invocation_metadata()).get("x-mq-client-id")
         settings = self.clients.by_client.get(client)
-        declared = [t.name for t in settings.publishing.topics] if settings else []
-        seen.append((request.messages[0].topic.name, declared))
+        declared = [wrap(t) for t in settings.publishing.topics] if settings else []
+        seen.append((wrap(request.messages[0].topic), declared))
         return await original(self, request, context)
 
     monkeypatch.setattr(GrpcProxy, "SendMessage", watching)
@@ -368,13 +373,16 @@ def test_our_producer_declares_each_topic_before_its_first_send(declared_at_send
 
 def test_a_refused_topic_fails_its_send_and_the_producer_recovers(cluster):
     """A topic the proxy refuses in settings ends the stream (ClientActivity.java); the send
-    fails naming why, and the producer opens the stream again for its next topic."""
+    fails naming why, and the producer opens the stream again (with the topics declared so
+    far) for its next topic."""
     from rocketmq_spark.client.errors import ProxyError
 
+    cluster.create_topic("StrictAfter", 1)
     with GrpcProducer(cluster.proxy_endpoint, tls=False, topics=["Strict"]) as producer:
         producer.send([Message("Strict", b"first")])
         channel = producer._channel
         with pytest.raises(ProxyError, match="INVALID_ARGUMENT.*cannot access system topic"):
             channel.introduce("TBW102")
         assert producer.send([Message("Strict", b"after")])[0].status == "SEND_OK"
-        assert channel.declared == {"Strict"}
+        assert producer.send([Message("StrictAfter", b"next")])[0].status == "SEND_OK"
+        assert channel.declared == {"Strict", "StrictAfter"}
