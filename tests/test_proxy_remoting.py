@@ -15,8 +15,9 @@ import time
 
 import pytest
 
-from rocketmq_spark.client import Producer
+from rocketmq_spark.client import Producer, QueueRangeReader, ReadSettings
 from rocketmq_spark.client.admin import Admin
+from rocketmq_spark.client.busy_brokers import BusyBrokers, busy_target
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
 from rocketmq_spark.client.protocol.properties import encode_properties
 from rocketmq_spark.client.protocol.route import TopicRouteData
@@ -27,6 +28,8 @@ from waiting import wait_until
 
 NO_BNAME = "Request doesn't have field bname"
 END_TRANSACTION = 37
+BUSY_REMARK = ("[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in "
+               "queue: 5012ms, size of queue: 4711")
 
 
 @pytest.fixture(scope="module")
@@ -177,3 +180,45 @@ def test_heartbeats_make_the_proxy_list_the_group_across_brokers(proxied, unique
         assert proxied.proxy_remoting.clients.consumers[group].client_ids() == members
         with pytest.raises(ResponseError):
             admin.names.topic_list()
+
+
+def test_a_busy_broker_behind_the_proxy_holds_up_only_its_own_readers(proxied, unique_name):
+    """broker-a in flow control answers busy through the proxy; broker-b shares the proxy's
+    address but not broker-a's backoff (nor does its reader end broker-a's episode)."""
+    topic = unique_name("PxBusy")
+    proxied.create_topic(topic, 1)
+    for b in proxied.brokers:
+        proxied.append(topic, b.name, 0, [b"%d" % i for i in range(2000)])
+    proxied.fail_next(100_000, ResponseCode.SYSTEM_BUSY, BUSY_REMARK,
+                      request_codes=[RequestCode.PULL_MESSAGE], broker="broker-a")
+    brokers, got = BusyBrokers(), {}
+    try:
+        with Admin(proxied.proxy_remoting_addr) as admin:
+            queues = {mq.broker_name: mq for mq in admin.queues(topic, refresh=True)}
+
+            def read(broker, **kw):
+                reader = QueueRangeReader(
+                    admin.brokers, admin.address, queues[broker], 0, 2000,
+                    ReadSettings(consumer_group="px-busy", **{"retry_backoff": 0.01,
+                                                              "busy_backoff_max": 0.05, **kw}),
+                    busy_brokers=brokers)
+                return [o for batch in reader for o in
+                        batch.column("queue_offset").to_pylist()], reader
+
+            def read_a():
+                got["a"] = read("broker-a", busy_timeout=30.0, retry_backoff=1.0,
+                                busy_backoff_max=2.0)[0]
+
+            thread = threading.Thread(target=read_a, daemon=True)
+            thread.start()
+            a_target = busy_target(proxied.proxy_remoting_addr, "broker-a")
+            wait_until(lambda: brokers.episode(a_target)[1] >= 2, 10, "broker-a's busy answers")
+            offsets_b, reader_b = read("broker-b")
+            assert offsets_b == list(range(2000)) and reader_b.busy_answers == 0
+            assert reader_b.busy_wait == 0.0  # never held up by broker-a's backoff
+            assert brokers.episode(a_target)[1] >= 2 and thread.is_alive()
+            proxied.clear_faults()
+            thread.join(30)
+            assert got["a"] == list(range(2000))
+    finally:
+        proxied.clear_faults()

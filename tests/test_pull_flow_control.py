@@ -17,7 +17,7 @@ import pytest
 from rocketmq_spark.client import QueueRangeReader, ReadSettings
 from rocketmq_spark.client.accelerator import FORCE_PURE_PYTHON
 from rocketmq_spark.client.admin import Admin
-from rocketmq_spark.client.busy_brokers import BrokerBusyError, BusyBrokers
+from rocketmq_spark.client.busy_brokers import BrokerBusyError, BusyBrokers, busy_target
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
 from rocketmq_spark.source.options import OptionError, parse_source_options
 from source_helpers import ids_of, produce
@@ -120,7 +120,7 @@ def test_other_brokers_are_read_while_one_is_backed_off(busy_cluster, admin, nat
     busy_cluster.fail_next(100_000, ResponseCode.SYSTEM_BUSY, TIMEOUT_CLEAN,
                            request_codes=PULL, broker="broker-a")
     brokers = BusyBrokers()
-    a_address = admin.address(queue_of(admin, "broker-a"), 0, False)
+    a_address = busy_target(admin.address(queue_of(admin, "broker-a"), 0, False), "broker-a")
     got = {}
 
     def read_a():  # waits of 0.5 s and more: long enough to hold up anything sharing them
@@ -148,7 +148,7 @@ def test_busy_answers_are_counted_and_logged_once_a_minute(busy_cluster, admin, 
         offsets, reader = read(admin, "broker-a", native, brokers)
     assert offsets == list(range(3000))
     address = admin.address(queue_of(admin, "broker-a"), 0, False)
-    assert brokers.total(address) == reader.busy_answers >= 20
+    assert brokers.total(busy_target(address, "broker-a")) == reader.busy_answers >= 20
     lines = [r.getMessage() for r in caplog.records if "busy" in r.getMessage()]
     assert len(lines) == 1 and address in lines[0] and "[TIMEOUT_CLEAN_QUEUE]" in lines[0]
 

@@ -6,10 +6,11 @@ broker answers SYSTEM_BUSY to a pull that waited longer than
 ``[TIMEOUT_CLEAN_QUEUE]``) or that found the queue full (``pullThreadPoolQueueCapacity``,
 100,000; NettyRemotingAbstract's ``[OVERLOAD]``); a 5.x rate limit answers FLOW_CONTROL. The
 broker is alive and says "later": that is no failed attempt. Readers of one process share what
-they learn per broker address: the first busy answer after a wait starts a longer wait
-(exponential, with jitter, capped); busy answers to pulls sent before it only count. Any other
-answer from the broker ends the episode. A reader gives up only when the broker has answered
-nothing but busy for longer than its budget (the source's ``brokerBusyTimeoutMs``).
+they learn per broker (its name at its address, :func:`busy_target`): the first busy answer
+after a wait starts a longer wait (exponential, with jitter, capped); busy answers to pulls
+sent before it only count. Any other answer from the broker ends the episode. A reader gives
+up only when the broker has answered nothing but busy for longer than its budget (the
+source's ``brokerBusyTimeoutMs``).
 
 Busy answers are counted per broker and logged at most once a minute per broker.
 """
@@ -117,6 +118,13 @@ class BusyBrokers:
         """Busy answers ever counted for ``address`` in this process."""
         b = self._brokers.get(address)
         return 0 if b is None else b.total
+
+
+def busy_target(address: str, broker_name: str) -> str:
+    """What a backoff is kept for: one broker at one address. Brokers behind a 5.x proxy's
+    remoting port share its address; one of them in flow control must neither hold up the
+    others' readers nor have its episode (and budget) ended by their answers."""
+    return f"{broker_name}@{address}" if broker_name else address
 
 
 BUSY_BROKERS = BusyBrokers()  # shared by the readers of this process

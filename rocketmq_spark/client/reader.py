@@ -49,7 +49,7 @@ import pyarrow.compute as pc
 from . import native_pull
 from .backpressure import DEFAULT_BUSY_TIMEOUT, busy_remark, is_busy
 from .broker import BrokerClient
-from .busy_brokers import BUSY_BROKERS, BrokerBusyError, BusyBrokers
+from .busy_brokers import BUSY_BROKERS, BrokerBusyError, BusyBrokers, busy_target
 from .errors import DataLossError, MessageDecodeError, RocketMQError, RouteNotFound
 from .protocol.pull_decode import decode_columns
 from .protocol.message import MIN_RECORD_SIZE
@@ -239,20 +239,22 @@ class QueueRangeReader:
         pulls.abandon()
         pulls.narrow()
         address = getattr(exc, "address", "") or self.broker_address()
+        target = busy_target(address, self.queue.broker_name)
         self.busy_answers += 1
-        self._busy_at = address
-        self.busy_brokers.busy(address, busy_remark(exc), s.retry_backoff,
+        self._busy_at = target
+        self.busy_brokers.busy(target, busy_remark(exc), s.retry_backoff,
                                s.busy_backoff_max)
-        seconds, answers, remark = self.busy_brokers.episode(address)
+        seconds, answers, remark = self.busy_brokers.episode(target)
         if seconds > s.busy_timeout:
-            self.busy_brokers.end_episode(address)  # a retried task gets a budget of its own
+            self.busy_brokers.end_episode(target)  # a retried task gets a budget of its own
             self._busy_at = None
             raise BrokerBusyError(self.queue.broker_name, address, seconds, answers, remark,
                                   BUSY_TIMEOUT_OPTION, round(s.busy_timeout * 1000)) from None
 
     def _hold(self) -> None:
         """Wait while this reader's broker is backed off (other brokers' readers go on)."""
-        wait = self.busy_brokers.wait(self.broker_address())
+        wait = self.busy_brokers.wait(busy_target(self.broker_address(),
+                                                  self.queue.broker_name))
         if wait > 0:
             self.busy_wait += wait
             time.sleep(wait)
