@@ -83,6 +83,8 @@ def _parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                    help="queue wait before a pull gets [TIMEOUT_CLEAN_QUEUE] (default 5000)")
     p.add_argument("--no-broker-fast-failure", action="store_true",
                    help="never answer [TIMEOUT_CLEAN_QUEUE] (brokerFastFailureEnable=false)")
+    p.add_argument("--enable-property-filter", action="store_true",
+                   help="serve SQL92 property filters on pulls (enablePropertyFilter=true)")
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
 
@@ -128,7 +130,8 @@ def _cluster(args: argparse.Namespace, acl, ports) -> EmbeddedCluster:
         wait_ms_in_send_queue=args.wait_ms_in_send_queue,
         pull_queue_capacity=args.pull_queue_capacity,
         wait_ms_in_pull_queue=args.wait_ms_in_pull_queue,
-        broker_fast_failure=not args.no_broker_fast_failure)
+        broker_fast_failure=not args.no_broker_fast_failure,
+        enable_property_filter=args.enable_property_filter)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional
 
 from ..client.protocol.properties import java_string_hash, split_tags_expression
+from .property_filter import ConsumerFilters
 
 CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY", "CONSUME_POP")
 MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
@@ -124,12 +125,14 @@ class ConsumerGroupInfo:
 
 
 class ClientRegistry:
-    """Consumer and producer groups of one broker."""
+    """Consumer and producer groups of one broker, and the SQL92 filters their heartbeats
+    registered (``filters``, the genuine ConsumerFilterManager)."""
 
     def __init__(self, notify: Callable[[object, str], None]):
         self._notify = notify  # notify(conn, group): send NOTIFY_CONSUMER_IDS_CHANGED
         self.consumers: Dict[str, ConsumerGroupInfo] = {}
         self.producers: Dict[str, Dict[object, ChannelInfo]] = {}
+        self.filters = ConsumerFilters()
 
     def _notify_group(self, group: str) -> None:
         info = self.consumers.get(group)
@@ -147,10 +150,12 @@ class ClientRegistry:
         info.consume_type = consume_type
         info.message_model = message_model
         info.consume_from_where = consume_from_where
+        subscriptions = list(subscriptions)
         r1 = info.update_channel(conn, channel)
         r2 = info.update_subscriptions(subscriptions)
         if r1 or r2:
             self._notify_group(group)
+        self.filters.register(group, subscriptions)  # on every heartbeat, as the REGISTER event
         return r1 or r2
 
     def unregister_consumer(self, group: str, conn) -> None:

@@ -68,6 +68,9 @@ class ServerOptions:
       waitTimeMillsInPullQueue 5,000, waitTimeMillsInHeartbeatQueue 31,000,
       waitTimeMillsInTransactionQueue 3,000), unless ``broker_fast_failure`` is off
       (brokerFastFailureEnable).
+    * ``enable_property_filter``: serve pulls whose subscription is an SQL92 expression over
+      message properties (enablePropertyFilter, off by default as on a genuine broker, which
+      then refuses them with SYSTEM_ERROR; :mod:`.property_filter`).
     """
 
     cluster_name: str = "DefaultCluster"
@@ -89,6 +92,7 @@ class ServerOptions:
     transaction_timeout: float = 6.0
     transaction_check_max: int = 15
     broker_fast_failure: bool = True
+    enable_property_filter: bool = False
     send_queue_capacity: int = 10_000
     wait_ms_in_send_queue: int = 200
     pull_queue_capacity: int = 100_000
@@ -125,9 +129,9 @@ class ServerOptions:
             if value.__class__ is not int or value < least:
                 raise ValueError(f"{name} must be a whole number of at least {least}"
                                  f"{' ms' if least == 0 else ''}, got {value!r}")
-        if self.broker_fast_failure.__class__ is not bool:
-            raise ValueError(f"broker_fast_failure must be True or False, "
-                             f"got {self.broker_fast_failure!r}")
+        for name in ("broker_fast_failure", "enable_property_filter"):
+            if getattr(self, name).__class__ is not bool:
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
 
     @cached_property
     def delay_levels(self) -> List[float]:

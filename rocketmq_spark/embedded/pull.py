@@ -15,6 +15,8 @@ off > max                       OFFSET_OVERFLOW_BADLY / 21  max
 ==============================  ==========================  ============================
 
 PULL_NOT_FOUND (19) parks the request when sysFlag has SUSPEND and this is its first run.
+Tag filters compare tag hash codes; SQL92 filters (enable_property_filter) evaluate each
+message's properties (:mod:`.property_filter`). Pulls of either kind scan the same window.
 """
 from __future__ import annotations
 
@@ -26,10 +28,12 @@ from ..client.protocol.codes import (
     SerializeType,
 )
 from ..client.protocol.frame import RemotingCommand
+from ..client.filter import Expression
 from .consumers import Subscription, build_subscription
 from .context import BrokerContext
 from .headers import req_int, req_long, req_str
 from .nameserver import FAQ_SUFFIX
+from .property_filter import compile_filter, is_tag_type, read_matching
 
 FOUND = "FOUND"
 NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
@@ -86,10 +90,36 @@ class _PullRequest:
                    _number(fields, "subVersion", req_long))
 
 
+@dataclass(slots=True)
+class _Filter:
+    """What a pull filters with: the subscription (tags) and, for a non-tag expression type,
+    the compiled SQL92 expression (None: it did not compile, every message passes)."""
+
+    sub: Subscription
+    property_filter: bool = False
+    expression: Optional[Expression] = None
+
+
+def _subscription_in_request(topic: str, fields, sub_version: int):
+    """The subscription a pull carries (sysFlag's subscription bit): FilterAPI.build and, for
+    a non-tag type, ConsumerFilterManager.build; (code, remark) when the first throws."""
+    expression, expression_type = fields.get("subscription"), fields.get("expressionType")
+    if expression_type is None or expression_type == "TAG":
+        return _Filter(_subscription(topic, expression, expression_type, sub_version))
+    if not expression:
+        return (ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                "parse the consumer's subscription failed")
+    sub = Subscription(topic, expression, frozenset(), sub_version, expression_type)
+    if is_tag_type(expression_type):  # "": tags never parsed, so only "*" passes anything
+        return _Filter(sub)
+    return _Filter(sub, True, compile_filter(expression_type, expression))
+
+
 def _refusal(context: BrokerContext, conn, request: _PullRequest,
-             fields) -> Union[Tuple[int, str], Subscription]:
-    """The subscription a pull filters with, or (code, remark) when the broker refuses it
-    (unknown topic, no permission, bad queue, unknown or stale subscription)."""
+             fields) -> Union[Tuple[int, str], _Filter]:
+    """The filter a pull reads with, or (code, remark) when the broker refuses it (unknown
+    topic, no permission, bad queue, unknown or stale subscription or filter data, a property
+    filter on a broker without enablePropertyFilter)."""
     topic, queue_id = request.topic, request.queue_id
     config = context.store.topics.get(topic)
     if config is None:
@@ -102,10 +132,12 @@ def _refusal(context: BrokerContext, conn, request: _PullRequest,
                 f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
                 f"[{config.read_queue_nums}] consumer:[/{conn.peer}]")
     if request.sys_flag & PULL_FLAG_SUBSCRIPTION:
-        sub = _subscription(topic, fields.get("subscription"), fields.get("expressionType"),
-                            request.sub_version)
+        plan = _subscription_in_request(topic, fields, request.sub_version)
+        if isinstance(plan, tuple):
+            return plan
     else:
-        info = context.clients.consumers.get(request.group)
+        clients = context.clients
+        info = clients.consumers.get(request.group)
         if info is None:
             return (ResponseCode.SUBSCRIPTION_NOT_EXIST,
                     f"the consumer's group info not exist{FAQ_SUFFIX}")
@@ -115,14 +147,25 @@ def _refusal(context: BrokerContext, conn, request: _PullRequest,
                     f"the consumer's subscription not exist{FAQ_SUFFIX}")
         if sub.sub_version < request.sub_version:
             return ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest"
-    if sub.expression_type.upper() != "TAG":
+        plan = _Filter(sub)
+        if not is_tag_type(sub.expression_type):
+            data = clients.filters.get(topic, request.group)
+            if data is None:
+                return (ResponseCode.FILTER_DATA_NOT_EXIST,
+                        "The broker's consumer filter data is not exist!Your expression may be "
+                        "wrong!")
+            if data.client_version < request.sub_version:
+                return (ResponseCode.FILTER_DATA_NOT_LATEST,
+                        "the consumer's consumer filter data not latest")
+            plan = _Filter(sub, True, data.compiled)
+    if plan.property_filter and not context.options.enable_property_filter:
         return (ResponseCode.SYSTEM_ERROR,
                 f"The broker does not support consumer to filter message by "
-                f"{sub.expression_type}")
-    return sub
+                f"{plan.sub.expression_type}")
+    return plan
 
 
-def _read(context: BrokerContext, queue, request: _PullRequest, sub: Subscription):
+def _read(context: BrokerContext, queue, request: _PullRequest, plan: _Filter):
     """(status, code, nextBeginOffset, body) of a pull from ``queue`` (the module's table)."""
     offset, min_offset, max_offset = request.offset, queue.min_offset, queue.max_offset
     if max_offset == 0:
@@ -135,7 +178,11 @@ def _read(context: BrokerContext, queue, request: _PullRequest, sub: Subscriptio
     if offset > max_offset:
         return OFFSET_OVERFLOW_BADLY, ResponseCode.PULL_OFFSET_MOVED, max_offset, b""
     opts = context.options
-    if sub.match_all:
+    sub = plan.sub
+    if plan.property_filter:
+        body, examined, found = read_matching(queue, offset, plan.expression, request.max_nums,
+                                              opts.max_transfer_count, opts.max_transfer_bytes)
+    elif sub.match_all:
         body, examined, found = queue.read(offset, request.max_nums, opts.max_transfer_count,
                                            opts.max_transfer_bytes)
     else:
@@ -153,12 +200,12 @@ def handle_pull(context: BrokerContext, conn, cmd: RemotingCommand,
     fields = cmd.fields
     request = _PullRequest.parse(fields)
     version = context.options.version
-    sub = _refusal(context, conn, request, fields)
-    if isinstance(sub, tuple):
-        return cmd.make_response(sub[0], {}, sub[1], version=version)
+    plan = _refusal(context, conn, request, fields)
+    if isinstance(plan, tuple):
+        return cmd.make_response(plan[0], {}, plan[1], version=version)
     queue = context.store.queue(request.topic, request.queue_id)
     min_offset, max_offset = queue.min_offset, queue.max_offset
-    status, code, next_begin, body = _read(context, queue, request, sub)
+    status, code, next_begin, body = _read(context, queue, request, plan)
     response: Optional[RemotingCommand] = cmd.make_response(
         code, {"suggestWhichBrokerId": str(context.options.suggest_broker_id),
                "nextBeginOffset": str(next_begin),
@@ -171,9 +218,11 @@ def handle_pull(context: BrokerContext, conn, cmd: RemotingCommand,
         response.serialize_type = SerializeType.JSON
     if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and \
             request.sys_flag & PULL_FLAG_SUSPEND:
+        # a property filter's pull wakes on any arrival (the genuine broker evaluates the
+        # arriving message first, or wakes it by its 5 s check): it then answers what it finds
+        codes = None if plan.property_filter or plan.sub.match_all else plan.sub.codes
         context.long_poll.park(conn, cmd, request.topic, request.queue_id, request.offset,
-                               None if sub.match_all else sub.codes,
-                               request.suspend_millis / 1000.0)
+                               codes, request.suspend_millis / 1000.0)
         response = None
     if allow_suspend and request.sys_flag & PULL_FLAG_COMMIT_OFFSET:
         context.store.commit_offset(request.group, request.topic, request.queue_id,
