@@ -53,14 +53,17 @@ class Served:
     """Messages the brokers' queues of one topic hand out in pulls, counted in the store
     (the brokers' C pull answers are switched off meanwhile, so every pull is counted)."""
 
-    def __init__(self, cluster, topic: str, monkeypatch):
+    def __init__(self, cluster, topics, monkeypatch):
         self.count = 0
         mine = set()
         for b in cluster.brokers:
             broker = cluster._broker(b.name)
             monkeypatch.setattr(broker.fast_paths, "pulls", None)
-            for qid in range(QUEUES):
-                mine.add(id(cluster._call(broker.store.existing_queue, topic, qid)))
+            for topic in [topics] if isinstance(topics, str) else topics:
+                for qid in range(QUEUES):
+                    queue = cluster._call(broker.store.existing_queue, topic, qid)
+                    if queue is not None:
+                        mine.add(id(queue))
 
         def counting(original):
             def read(queue, *args, **kwargs):
@@ -156,6 +159,28 @@ def test_queue_columns_prune_queues(spark, history, served):
     assert on == off and {(r[1], r[2]) for r in on} == {("broker-b", 1), ("broker-b", 3)}
     assert served_on == len(on) == 2 * MINUTES * PER_MINUTE
     assert served_off == 2 * QUEUES * MINUTES * PER_MINUTE
+
+
+@needs_pushdown
+def test_topic_is_matched_as_the_column_shows_it_without_the_namespace(
+        spark, embedded_cluster_session, monkeypatch):
+    cluster, ns = embedded_cluster_session, f"ns{uuid.uuid4().hex[:6]}"
+    for name in ("P-a", "P-b"):
+        cluster.create_topic(f"{ns}%{name}", queues=1)
+        for b in cluster.brokers:
+            cluster.append(f"{ns}%{name}", b.name, 0, [b"x"] * 50, keys=name)
+    served = Served(cluster, [f"{ns}%P-a", f"{ns}%P-b"], monkeypatch)
+    rows = []
+    for on in (False, True):
+        with pushdown(spark, on):
+            df = spark.read.format("rocketmq").option("nameServer", cluster.namesrv_addr) \
+                .option("namespace", ns).option("subscribePattern", "P-.*").load()
+            rows.append(sorted(tuple(r) for r in df.where("topic = 'P-a'")
+                               .select("topic", "brokerName", "queueOffset").collect()))
+            rows.append(served.take())
+    off, served_off, on, served_on = rows
+    assert on == off and {r[0] for r in on} == {"P-a"} and len(on) == 100
+    assert (served_off, served_on) == (200, 100)
 
 
 @needs_pushdown

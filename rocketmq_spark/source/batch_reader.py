@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Dict, Iterator, List
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from .. import spark_compat
+from ..client.namespace import unwrap
 from ..client.protocol.route import MessageQueue
 from .connect import shared_admin
 from .offset_reader import OffsetReader
@@ -39,7 +40,8 @@ class RocketMQBatchReader(DataSourceReader):
         offsets = OffsetReader(self.options, shared_admin(self.options))
         discovery = offsets.discover(force=True)
         plan = self.plan
-        queues = [mq for mq in discovery.queues if plan.keeps(mq)]
+        namespace = self.options.namespace
+        queues = [mq for mq in discovery.queues if plan.keeps(mq, unwrap(mq.topic, namespace))]
         if plan.reads_nothing or not queues:
             log.info("batch read of nothing: the pushed filters (%s) leave none of %d queues",
                      plan.describe(), len(discovery.queues))

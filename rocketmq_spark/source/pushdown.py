@@ -46,9 +46,10 @@ class ReadPlan:
     until_ms: Optional[int] = None
     pushed: Tuple[str, ...] = field(default=(), compare=False)  # the filters taken, for logs
 
-    def keeps(self, mq: MessageQueue) -> bool:
-        """Whether the queue can hold a selected row."""
-        return ((self.topics is None or mq.topic in self.topics)
+    def keeps(self, mq: MessageQueue, topic: Optional[str] = None) -> bool:
+        """Whether the queue can hold a selected row; ``topic``: its name as the rows' topic
+        column gives it (without the namespace), by default the queue's."""
+        return ((self.topics is None or (mq.topic if topic is None else topic) in self.topics)
                 and (self.brokers is None or mq.broker_name in self.brokers)
                 and (self.queue_ids is None or mq.queue_id in self.queue_ids))
 
