@@ -116,3 +116,47 @@ def test_a_group_member_in_a_namespace(spark, cluster, unique_name, tmp_path):
                    "the member's commits under ns%group")
     finally:
         query.stop()
+
+
+@pytest.mark.cpp
+@has_cpp
+@pytest.mark.timeout(240)
+def test_exactly_once_in_a_namespace(spark, cluster, unique_name):
+    """df.write exactly once: the half messages go to ns%T as half messages of the producer
+    group ns%pg (Java's transactional producer puts its group into the namespace, and the
+    broker addresses check-backs to that name), and the commit makes them visible there."""
+    from broker_store import stored_messages
+
+    namesrv = cluster.namesrv_addr
+    ns, topic, group = unique_name("ns"), unique_name("T"), unique_name("pg")
+    wire = f"{ns}%{topic}"
+    cluster.create_topic(wire, queues=2)
+    (spark.range(N, numPartitions=2).selectExpr("concat('e', id) AS body")
+     .write.format("rocketmq").mode("append").option("nameServer", namesrv)
+     .option("namespace", ns).option("topic", topic).option("producerGroup", group)
+     .option("deliveryGuarantee", "exactlyOnce").save())
+    assert sorted(m["body"] for m in cpp_pull(namesrv, wire)) == sorted(
+        f"e{i}" for i in range(N))
+    halves = [m for _, m in stored_messages(cluster, "RMQ_SYS_TRANS_HALF_TOPIC", queues=1)
+              if m.properties.get("REAL_TOPIC") == wire]
+    assert len(halves) == N and {m.properties["PGROUP"] for m in halves} == {f"{ns}%{group}"}
+
+
+@pytest.mark.cpp
+@has_cpp
+@pytest.mark.timeout(240)
+def test_grpc_sink_in_a_namespace(spark, unique_name):
+    """Through a 5.x proxy the producer sends the namespace (resource_namespace and the
+    x-mq-namespace header) and the proxy stores the rows in ns%T."""
+    from rocketmq_spark.embedded import EmbeddedCluster
+
+    ns, topic = unique_name("ns"), unique_name("T")
+    with EmbeddedCluster(brokers=1, grpc_proxy=True) as proxied:
+        proxied.create_topic(f"{ns}%{topic}", 2)
+        df = spark.range(N, numPartitions=2).selectExpr(
+            f"CASE WHEN id % 2 = 0 THEN '{topic}' END AS topic", "concat('g', id) AS body")
+        (df.write.format("rocketmq").mode("append")
+         .option("endpoints", proxied.proxy_endpoint).option("tlsCaFile", proxied.proxy_tls_cert)
+         .option("namespace", ns).option("topic", topic).save())
+        pulled = cpp_pull(proxied.namesrv_addr, f"{ns}%{topic}")
+    assert sorted(m["body"] for m in pulled) == sorted(f"g{i}" for i in range(N))
