@@ -178,8 +178,16 @@ def test_heartbeats_make_the_proxy_list_the_group_across_brokers(proxied, unique
         members = admin.brokers.get_consumer_list_by_group(proxied.proxy_remoting_addr, group)
         assert members == [admin.remoting.config.client_id]
         assert proxied.proxy_remoting.clients.consumers[group].client_ids() == members
-        with pytest.raises(ResponseError):
+        with pytest.raises(ResponseError, match="subscribe to topics by name"):
             admin.names.topic_list()
+        # no GET_BROKER_CLUSTER_INFO at a proxy: the brokers are those of the routes looked up
+        topic = unique_name("PxInfo")
+        proxied.create_topic(topic, 1)
+        admin.names.route(topic)
+        info = admin.names.cluster_info()
+        assert sorted(info.broker_addr_table) == ["broker-a", "broker-b"]
+        assert {b.master_addr for b in info.broker_addr_table.values()} == {
+            proxied.proxy_remoting_addr}
 
 
 def test_a_busy_broker_behind_the_proxy_holds_up_only_its_own_readers(proxied, unique_name):
