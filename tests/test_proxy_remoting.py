@@ -9,9 +9,13 @@ TransactionProcessor.java (END_TRANSACTION), RemotingProtocolServer.java (what i
 """
 from __future__ import annotations
 
+import importlib.util
 import json
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +32,7 @@ from waiting import wait_until
 
 NO_BNAME = "Request doesn't have field bname"
 END_TRANSACTION = 37
+PEER = Path(__file__).with_name("cpp_peer.py")
 BUSY_REMARK = ("[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in "
                "queue: 5012ms, size of queue: 4711")
 
@@ -230,3 +235,34 @@ def test_a_busy_broker_behind_the_proxy_holds_up_only_its_own_readers(proxied, u
             assert got["a"] == list(range(2000))
     finally:
         proxied.clear_faults()
+
+
+@pytest.mark.cpp
+@pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
+                    reason="needs PyPI rocketmq 0.4.4 (Apache's C++ client)")
+def test_the_4x_cpp_client_gets_routes_but_every_pull_and_send_is_refused(proxied, unique_name):
+    """rocketmq-client-cpp 2.x predates the ``bname`` field: through the proxy it routes, but
+    the proxy refuses each PULL_MESSAGE and SEND_MESSAGE(_V2) (VERSION_NOT_SUPPORTED), which
+    it reports as BROKER_TIMEOUT and 'No route info'. Directly it reads the same queues."""
+    topic = unique_name("PxCpp")
+    proxied.create_topic(topic, 1)
+    for b in proxied.brokers:
+        proxied.append(topic, b.name, 0, [b"m%d" % i for i in range(3)])
+    forwarded = proxied.proxy_remoting.forwarded
+
+    def peer(*args):
+        out = subprocess.run([sys.executable, str(PEER), *args, "--topic", topic],
+                             capture_output=True, text=True, timeout=240)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    through = peer("pull", "--namesrv", proxied.proxy_remoting_addr)
+    assert through["messages"] == []
+    assert {(b, status) for b, _, _, status, _ in through["pulls"]} == {
+        ("broker-a", "BROKER_TIMEOUT"), ("broker-b", "BROKER_TIMEOUT")}
+    sent = peer("produce", "--namesrv", proxied.proxy_remoting_addr, "--count", "2",
+                "--send-timeout", "3000")
+    assert all("No route info of this topic" in r.get("error", "") for r in sent["results"])
+    assert proxied.proxy_remoting.forwarded == forwarded  # nothing reached a broker
+    direct = peer("pull", "--namesrv", proxied.namesrv_addr)
+    assert len(direct["messages"]) == 6
