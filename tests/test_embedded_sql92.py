@@ -12,12 +12,16 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from raw_client import RawClient  # tests/ is on sys.path
 from rocketmq_spark.client.protocol.frame import encode_frame, RemotingCommand
 from rocketmq_spark.client.protocol.message import decode_messages
 from rocketmq_spark.embedded import EmbeddedCluster
+from rocketmq_spark.client.protocol.properties import decode_properties
 from rocketmq_spark.embedded import accelerator
+from rocketmq_spark.embedded.property_filter import PropertyText
 
 CAPTURE = Path(__file__).resolve().parent / "data" / "capture-rocketmq-4.9.8-sql92"
 PULL, HEART_BEAT = 11, 34
@@ -256,3 +260,9 @@ def test_sql92_pull_behind_a_plain_pull_in_one_chunk_is_filtered(filtering):
     found = [[m.queue_offset for m in decode_messages(a.body, decompress=False)]
              for a in answers]
     assert found == [[0, 1, 2, 3], [2]]
+
+
+@given(st.text(alphabet="ab\x01\x02", max_size=24), st.sampled_from(["a", "b", "ab", "ba"]))
+def test_property_lookup_is_javas_string2message_properties(text, name):
+    # MessageDecoder.string2messageProperties, as decode_properties implements it
+    assert PropertyText(text).get(name) == decode_properties(text).get(name)

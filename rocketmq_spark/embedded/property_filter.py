@@ -27,7 +27,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from ..client.filter import Expression, FilterSyntaxError, parse_sql92
 from ..client.protocol.message import MAGIC_V2, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
-from ..client.protocol.properties import decode_properties
+from ..client.protocol.properties import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 from .queue import ConsumeQueue, filter_window
 
 log = logging.getLogger(__name__)
@@ -98,12 +98,40 @@ class ConsumerFilters:
         self._data[key] = FilterData(expression, expression_type, version, compiled)
 
 
-def record_properties(buf, start: int) -> Dict[str, str]:
+class PropertyText:
+    """A record's properties text looked up by name: ``get(name)`` answers what
+    ``decode_properties(text).get(name)`` would (Java's string2messageProperties: the last pair
+    of that name with a non-empty value), without splitting the whole text. A filter reads a
+    handful of names per message, so this is cheaper than building the map."""
+
+    __slots__ = ("_text",)
+
+    def __init__(self, text: str):
+        self._text = text
+
+    def get(self, name: str, default: Optional[str] = None) -> Optional[str]:
+        text = self._text
+        key = name + NAME_VALUE_SEPARATOR
+        end = len(text)
+        while True:
+            at = text.rfind(key, 0, end)
+            if at < 0:
+                return default
+            if at == 0 or text[at - 1] == PROPERTY_SEPARATOR:
+                start = at + len(key)
+                stop = text.find(PROPERTY_SEPARATOR, start)
+                if stop < 0:
+                    stop = len(text)
+                if stop > start:
+                    return text[start:stop]
+            end = at + len(key) - 1  # look further left
+
+
+def record_properties(buf, start: int) -> PropertyText:
     """MessageDecoder.decodeProperties of the stored record at ``buf[start:]``."""
     sys_flag = _INT.unpack_from(buf, start + 36)[0]
-    born = 20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8
-    store = 20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8
-    at = start + 48 + born + 8 + store + 12
+    at = start + 68 + (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8) + \
+        (20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8)
     at += 4 + _INT.unpack_from(buf, at)[0]
     if _INT.unpack_from(buf, start + 4)[0] == MAGIC_V2:
         at += 2 + _SHORT.unpack_from(buf, at)[0]
@@ -111,8 +139,8 @@ def record_properties(buf, start: int) -> Dict[str, str]:
         at += 1 + buf[at]
     length = _SHORT.unpack_from(buf, at)[0]
     if length <= 0:
-        return {}
-    return decode_properties(bytes(buf[at + 2:at + 2 + length]).decode("utf-8", "replace"))
+        return PropertyText("")
+    return PropertyText(buf[at + 2:at + 2 + length].decode("utf-8", "replace"))
 
 
 def read_matching(queue: ConsumeQueue, offset: int, expression: Optional[Expression],
