@@ -15,8 +15,9 @@ messages the broker sent (``rows_received``), how many offsets its filter skippe
 many pulls it took. Add a case by writing its function and one entry in :data:`CASES`; the
 :class:`Bench` it gets holds the session, the cluster and the arguments.
 
-Cases: ``unfiltered`` (every message) and ``sql92_1pct`` (``filterType=SQL92``,
-``filter=region = 'eu'``: 1% of the messages).
+Cases: ``unfiltered`` (every message), ``sql92_1pct`` (``filterType=SQL92``,
+``filter=region = 'eu'``: 1% of the messages) and ``pushdown_1h`` (a pushed-down one-hour
+store-time window of a 24-hour topic, against the same window filtered by Spark).
 
 Run: ``.venv/bin/python ci/bench_filters.py [--messages 200000] [--runs 3] [--json PATH]``.
 """
@@ -129,9 +130,65 @@ def case_sql92_1pct(bench: Bench) -> dict:
     return {**timed_read(bench, options), **transferred(bench, SELECTIVE, "SQL92")}
 
 
+def case_pushdown_1h(bench: Bench) -> dict:
+    """A one-hour ``storeTimestamp`` window of topic ``BenchHistory`` (``--messages`` stored
+    evenly over 24 hours, in 5-minute runs) with ``spark.sql.python.filterPushdown.enabled``
+    on, then off (Spark filters every message): median wall time of each, and the messages
+    the broker's queues handed out in one more read (its C pull answers off meanwhile, so
+    every pull is counted; the searches by time are counted too)."""
+    from rocketmq_spark.embedded.queue import ConsumeQueue
+
+    topic, cluster, args, spark = "BenchHistory", bench.cluster, bench.args, bench.spark
+    hour, runs = 3_600_000, 288
+    start_ms = int(time.time() * 1000) // hour * hour - 24 * hour
+    cluster.create_topic(topic, queues=args.queues)
+    for queue_id in range(args.queues):
+        per_queue = args.messages // args.queues
+        for run in range(runs):
+            n = per_queue * (run + 1) // runs - per_queue * run // runs
+            cluster.append(topic, "broker-a", queue_id, [b"x" * args.size] * n,
+                           store_timestamp=start_ms + run * hour // 12 + queue_id)
+    window = (f"storeTimestamp >= timestamp_millis({start_ms + 12 * hour}) AND "
+              f"storeTimestamp < timestamp_millis({start_ms + 13 * hour})")
+    broker = cluster._broker("broker-a")
+    result: Dict[str, object] = {}
+    for on in (True, False):
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", str(on).lower())
+        df = spark.read.format("rocketmq").option("nameServer", cluster.namesrv_addr) \
+            .option("subscribe", topic).load().where(window)
+        rows = df.count()
+        times: List[float] = []
+        for _ in range(args.runs + 1):  # the first is the warm-up
+            started = time.perf_counter()
+            df.write.format("noop").mode("overwrite").save()
+            times.append(time.perf_counter() - started)
+        sent = [0]
+        originals = ConsumeQueue.read, ConsumeQueue.read_filtered, broker.fast_paths.pulls
+
+        def counting(original):
+            def read(queue, *a, **kw):
+                out = original(queue, *a, **kw)
+                sent[0] += out[2]
+                return out
+            return read
+        ConsumeQueue.read, ConsumeQueue.read_filtered = map(counting, originals[:2])
+        broker.fast_paths.pulls = None
+        try:
+            df.write.format("noop").mode("overwrite").save()
+        finally:
+            ConsumeQueue.read, ConsumeQueue.read_filtered, broker.fast_paths.pulls = originals
+        seconds = statistics.median(times[1:])
+        prefix = "" if on else "unpushed_"
+        result.update({f"{prefix}seconds": round(seconds, 3), f"{prefix}rows": rows,
+                       f"{prefix}messages_sent": sent[0]})
+    spark.conf.unset("spark.sql.python.filterPushdown.enabled")
+    return result
+
+
 CASES: Dict[str, Callable[[Bench], dict]] = {
     "unfiltered": case_unfiltered,
     "sql92_1pct": case_sql92_1pct,
+    "pushdown_1h": case_pushdown_1h,
 }
 
 
