@@ -160,3 +160,46 @@ def test_grpc_sink_in_a_namespace(spark, unique_name):
          .option("namespace", ns).option("topic", topic).save())
         pulled = cpp_pull(proxied.namesrv_addr, f"{ns}%{topic}")
     assert sorted(m["body"] for m in pulled) == sorted(f"g{i}" for i in range(N))
+
+
+@pytest.mark.cpp
+@has_cpp
+@pytest.mark.timeout(300)
+def test_a_member_beside_a_cpp_consumer_of_the_namespaced_group(spark, cluster, unique_name,
+                                                               tmp_path):
+    """A Spark member (namespace=ns, consumerGroup=g, subscribe=T) and Apache's C++
+    PushConsumer of group ns%g on topic ns%T are one group: each takes the share the Java
+    allocation gives it among both."""
+    from group_helpers import lock_holders, member_query, members, queues_of, running_queues
+    from rocketmq_spark.source.allocation import allocate_all
+
+    namesrv = cluster.namesrv_addr
+    ns, topic, group = unique_name("ns"), unique_name("T"), unique_name("g")
+    wire, wire_group = f"{ns}%{topic}", f"{ns}%{group}"
+    cluster.create_topic(wire, queues=4)
+    stop_file, peer, query = tmp_path / "stop", None, None
+    try:
+        query = member_query(spark, namesrv, topic, group, "nscpp", tmp_path, namespace=ns,
+                             lockQueues="true")
+        wait_until(lambda: len(lock_holders(cluster, wire_group)) == 8, 60, "the Spark member")
+        peer = subprocess.Popen(
+            [sys.executable, str(PEER), "push", "--namesrv", namesrv, "--topic", wire,
+             "--group", wire_group, "--stop-file", str(stop_file), "--timeout", "200",
+             "--linger", "1"], stdout=subprocess.PIPE,
+            stderr=open(tmp_path / "peer.log", "w"), text=True)
+        assert json.loads(peer.stdout.readline()) == {"started": True}
+        ids = wait_until(lambda: len(members(cluster, wire_group)) == 2
+                         and members(cluster, wire_group), 60, "two members of ns%group")
+        spark_id = [i for i in ids if "@spark-nscpp-" in i][0]
+        cpp_id = [i for i in ids if i != spark_id][0]
+        expected = allocate_all("averagely", queues_of(cluster, wire), ids)
+        wait_until(lambda: sorted(lock_holders(cluster, wire_group))
+                   == sorted(expected[spark_id]), 60, "the Spark member to keep its share")
+        wait_until(lambda: running_queues(cluster, wire_group, cpp_id, wire)
+                   == sorted(expected[cpp_id]), 60, "the C++ member to settle on its share")
+    finally:
+        stop_file.touch()
+        if peer is not None:
+            peer.communicate(timeout=60)
+        if query is not None:
+            query.stop()
