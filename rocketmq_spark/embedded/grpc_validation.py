@@ -34,10 +34,11 @@ DLQ_PREFIX = "%DLQ%"
 NAMESPACE_SEPARATOR = "%"
 FAQ_URL = "http://rocketmq.apache.org/docs/faq/"
 TOPIC_NOT_EXIST = 17  # the remoting ResponseCode the proxy's route lookup fails with
-# Java's LanguageCode names (remoting/protocol/LanguageCode.java): the x-mq-language header
-# must be one of them for the proxy to register a client.
+# Java's LanguageCode names in 5.0 (remoting/protocol/LanguageCode.java; RUST and NODE_JS came
+# later): the x-mq-language header must be one of them for the proxy to register a client
+# (apache/rocketmq#10890 describes the INTERNAL answer otherwise).
 LANGUAGE_CODES = frozenset({"JAVA", "CPP", "DOTNET", "PYTHON", "DELPHI", "ERLANG", "RUBY",
-                            "OTHER", "HTTP", "GO", "PHP", "OMS", "RUST"})
+                            "OTHER", "HTTP", "GO", "PHP", "OMS"})
 LANGUAGE_ENUM = "org.apache.rocketmq.remoting.protocol.LanguageCode"
 
 
