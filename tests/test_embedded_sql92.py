@@ -9,6 +9,8 @@ source, not captured: the scan window, the caps, the heartbeat path's codes).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -260,6 +262,26 @@ def test_sql92_pull_behind_a_plain_pull_in_one_chunk_is_filtered(filtering):
     found = [[m.queue_offset for m in decode_messages(a.body, decompress=False)]
              for a in answers]
     assert found == [[0, 1, 2, 3], [2]]
+
+
+def test_command_line_flag_enables_property_filter():
+    proc = subprocess.Popen([sys.executable, "-m", "rocketmq_spark.embedded", "--topic",
+                             "SqlCli:1", "--fill", "SqlCli:3", "--enable-property-filter"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        addr = None
+        for line in proc.stdout:
+            if line.startswith("broker "):
+                addr = line.split()[2]
+            if line.strip() == "ready":
+                break
+        assert addr, "the server printed no broker address"
+        with RawClient(addr) as client:
+            answer, found = _pull(client, "SqlCli", "KEYS IS NULL AND nothing IS NULL")
+        assert (answer.code, found) == (0, [0, 1, 2])
+    finally:
+        proc.terminate()
+        proc.wait(30)
 
 
 @given(st.text(alphabet="ab\x01\x02", max_size=24), st.sampled_from(["a", "b", "ab", "ba"]))

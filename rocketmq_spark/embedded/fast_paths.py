@@ -2,8 +2,10 @@
 
 The C module (:mod:`.accelerator`: ``native/embedded/rmq_serve.c`` and ``rmq_serve_tx.c``)
 answers the commonest requests at the start of a received chunk without building a command
-for each: plain FOUND pulls, and plain half sends and END_TRANSACTION COMMIT/ROLLBACK. What it
-stores and answers is byte for byte what :func:`.pull.handle_pull`, :func:`.send.handle_send` and
+for each: plain FOUND pulls (a TAG ``*`` subscription in the request: SQL92 and other property
+filters always go the Python way, :mod:`.property_filter`), and plain half sends and
+END_TRANSACTION COMMIT/ROLLBACK. What it stores and answers is byte for byte what
+:func:`.pull.handle_pull`, :func:`.send.handle_send` and
 :class:`.transactions.EndTransactionHandler` do; tests hold them together. Everything from
 the first frame it does not take goes the Python way.
 
