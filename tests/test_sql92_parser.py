@@ -5,6 +5,8 @@ Cases are derived from Apache's filter/src/test ParserTest and ExpressionTest, r
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rocketmq_spark.client.filter import FilterSyntaxError, parse_sql92
 from rocketmq_spark.client.filter.nodes import BoolCast, Compare, Equal, Logic, Not, walk
@@ -163,3 +165,28 @@ def _strip_positions(node):
     return (type(node).__name__,) + tuple(
         _strip_positions(getattr(node, f.name))
         for f in dataclasses.fields(node) if f.name != "pos")
+
+
+_PIECES = ["a", "b", "TAGS", " ", "(", ")", "'x'", "''", "'", "1", "0", "2147483648", "1.5",
+           ".", "e3", "L", "=", "<>", "<", ">=", "AND", "OR", "NOT", "IN", "BETWEEN", "IS",
+           "NULL", "TRUE", "CONTAINS", ",", "-", "+", "--", "\n", "/*", "*/", "#", "é"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=14).map(" ".join),
+       st.booleans(), st.booleans())
+def test_any_text_parses_or_raises_filter_syntax_error(text, trailing, string_operators):
+    try:
+        expr = parse_sql92(text, allow_trailing_text=trailing, string_operators=string_operators)
+    except FilterSyntaxError as error:
+        assert 1 <= error.position <= len(text) + 1
+        return
+    for props in ({}, {"a": "1", "b": "x", "TAGS": "1.5"}):
+        assert expr.evaluate(props) in (True, False)
+
+
+def test_long_generated_chains_and_deep_nesting():
+    chain = " OR ".join(["a = '2'"] * 3000) + " OR a = '1'"
+    assert parse_sql92(chain).evaluate({"a": "1"})
+    with pytest.raises(FilterSyntaxError, match="nested too deeply"):
+        parse_sql92("(" * 400 + "a = 1" + ")" * 400)

@@ -25,17 +25,21 @@ def parse_sql92(text: str, *, allow_trailing_text: bool = False,
     if not isinstance(text, str):
         raise TypeError(f"an SQL92 expression must be a str, not {type(text).__name__}")
     parser = Parser(text, string_operators)
-    root, following = parser.parse()
-    tail = None
-    if following is not None:
-        if not allow_trailing_text:
-            hint = ""
-            if text.startswith("--", following.pos):
-                hint = " (a -- comment needs a line break after it)"
-            raise parser.error(f"unexpected {following.describe()} after a complete "
-                               f"expression{hint}", following.pos)
-        tail = text[following.pos:]
-    return Expression(text, root, tail)
+    try:
+        root, following = parser.parse()
+        tail = None
+        if following is not None:
+            if not allow_trailing_text:
+                hint = ""
+                if text.startswith("--", following.pos):
+                    hint = " (a -- comment needs a line break after it)"
+                raise parser.error(f"unexpected {following.describe()} after a complete "
+                                   f"expression{hint}", following.pos)
+            tail = text[following.pos:]
+        return Expression(text, root, tail)
+    except RecursionError:
+        raise FilterSyntaxError("parentheses, NOT or minus signs nested too deeply", text,
+                                1) from None
 
 
 __all__ = ["parse_sql92", "Expression", "FilterSyntaxError", "EvaluationError", "SQL92_SINCE",

@@ -77,27 +77,40 @@ def _bool_cast(node: BoolCast) -> Evaluator:
 
 
 def _logic(node: Logic) -> Evaluator:
-    left, right = compile_node(node.left), compile_node(node.right)
-    if node.op == "AND":
-        def conjunction(props):
-            lv = left(props)
-            if lv is False:
-                return False
-            rv = right(props)
-            if rv is False:
-                return False
-            return None if lv is None or rv is None else True
-        return conjunction
+    """AND/OR. A chain ``x1 AND x2 AND x3`` (left-deep, as parsed) becomes one closure over its
+    operands, so long generated chains need no deep recursion; the result, the order of
+    evaluation and where it stops are those of the nested Java expressions."""
+    operands = []
+    current = node
+    while isinstance(current, Logic) and current.op == node.op:
+        operands.append(current.right)
+        current = current.left
+    operands.append(current)
+    evaluators = [compile_node(operand) for operand in reversed(operands)]
+    stop = node.op == "OR"  # the value that decides: True for OR, False for AND
+    if len(evaluators) == 2:
+        left, right = evaluators
 
-    def disjunction(props):
-        lv = left(props)
-        if lv is True:
-            return True
-        rv = right(props)
-        if rv is True:
-            return True
-        return None if lv is None or rv is None else False
-    return disjunction
+        def pair(props):
+            lv = left(props)
+            if lv is stop:
+                return stop
+            rv = right(props)
+            if rv is stop:
+                return stop
+            return None if lv is None or rv is None else not stop
+        return pair
+
+    def chain(props):
+        unknown = False
+        for evaluate in evaluators:
+            value = evaluate(props)
+            if value is stop:
+                return stop
+            if value is None:
+                unknown = True
+        return None if unknown else not stop
+    return chain
 
 
 def equal_values(lv: Any, rv: Any) -> Optional[bool]:

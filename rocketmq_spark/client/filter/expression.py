@@ -52,5 +52,5 @@ class Expression:
         matches; unknown (NULL) and evaluation errors do not."""
         try:
             return self._evaluator(properties) is True
-        except EvaluationError:
+        except (EvaluationError, RecursionError):  # Java: an exception, or its stack overflow
             return False
