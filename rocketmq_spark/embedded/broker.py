@@ -385,8 +385,8 @@ class Broker:
             topic: {"classFilterMode": False, "codeSet": sorted(sub.codes),
                     "expressionType": sub.expression_type, "subString": sub.sub_string,
                     "subVersion": sub.sub_version,
-                    "tagsSet": [] if sub.match_all else [t.strip() for t in
-                                                         sub.sub_string.split("||")],
+                    "tagsSet": [] if sub.match_all or sub.expression_type.upper() != "TAG"
+                    else [t.strip() for t in sub.sub_string.split("||")],
                     "topic": topic}
             for topic, sub in info.subscriptions.items()}
         body = json.dumps({"connectionSet": connections, "consumeFromWhere":

@@ -67,6 +67,8 @@ def subscription_from_heartbeat(data: dict) -> Subscription:
     except (TypeError, ValueError):
         version = 0
     expr_type = data.get("expressionType") or "TAG"
+    if expr_type.upper() != "TAG":  # SQL92: kept as sent, without tags (FilterAPI.build)
+        return Subscription(topic, sub_string, frozenset(), version, expr_type)
     codes = data.get("codeSet")
     if sub_string != "*" and codes:
         return Subscription(topic, sub_string, frozenset(int(c) for c in codes), version,
