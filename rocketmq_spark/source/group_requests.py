@@ -14,12 +14,11 @@ from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 from ..client.admin import Admin
 from ..client.broker import Subscription
 from ..client.errors import RocketMQError, RouteNotFound
+from ..client.namespace import RETRY_PREFIX
 from ..client.protocol.codes import PERM_READ
 from ..client.protocol.route import MessageQueue
 
 log = logging.getLogger(__name__)
-
-RETRY_PREFIX = "%RETRY%"
 
 
 def member_client_id(name: Optional[str] = None) -> str:
