@@ -472,6 +472,7 @@ def test_a_busy_broker_reaches_a_grpc_client_as_apache_proxy_answers(make_cluste
                     topic=definition.Resource(name=TOPIC), body=b"grpc-%d" % i,
                     system_properties=definition.SystemProperties(message_id=f"G{i}"))
                 answer = stub.SendMessage(service.SendMessageRequest(messages=[message]),
+                                          metadata=(("x-mq-client-id", "busy-test"),),
                                           timeout=30)
                 statuses.append(answer.status)
                 if answer.status.code == definition.TOO_MANY_REQUESTS:
