@@ -10,8 +10,9 @@ from contextlib import contextmanager
 import pytest
 
 from rocketmq_spark import spark_compat
+from rocketmq_spark.embedded import pull as broker_pull
 from rocketmq_spark.embedded.queue import ConsumeQueue
-from rocketmq_spark.source.pushdown import ReadPlan, translate
+from rocketmq_spark.source.pushdown import ReadPlan, sql92_with_tags, translate
 
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 needs_pushdown = pytest.mark.skipif(not spark_compat.FILTER_PUSHDOWN,
@@ -75,6 +76,7 @@ class Served:
 
         monkeypatch.setattr(ConsumeQueue, "read", counting(ConsumeQueue.read))
         monkeypatch.setattr(ConsumeQueue, "read_filtered", counting(ConsumeQueue.read_filtered))
+        monkeypatch.setattr(broker_pull, "read_matching", counting(broker_pull.read_matching))
 
     def take(self) -> int:
         n, self.count = self.count, 0
@@ -213,6 +215,28 @@ def test_filters_it_cannot_take_stay_with_spark(spark, history, served):
     assert served_on == 2 * MINUTES * PER_MINUTE  # both brokers' queue 1, whole
 
 
+@needs_pushdown
+def test_tags_go_into_a_sql92_subscription(spark, embedded_cluster_factory, monkeypatch):
+    """With filterType=SQL92 the tags join the expression (the broker sends only them);
+    Spark still checks them."""
+    cluster = embedded_cluster_factory(brokers=1, enable_property_filter=True)
+    topic = f"Sql92-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, queues=QUEUES)
+    for qid in range(QUEUES):
+        for region in ("eu", "us"):
+            for tag in ("a", "it's"):
+                cluster.append(topic, "broker-a", qid, [b"x"] * 50, tags=tag, keys=region,
+                               properties={"region": region})
+    served = Served(cluster, topic, monkeypatch)
+    got = []
+    for where in ("tags = 'it''s'", "tags IN ('a', 'b')"):
+        off, served_off, on, served_on = both(
+            spark, (cluster, topic), served, where, filterType="SQL92", filter="region = 'eu'")
+        got.append((len(on), served_off, served_on))
+        assert on == off and {r[5] for r in on} == {"eu"}
+    assert got == [(QUEUES * 50, QUEUES * 100, QUEUES * 50)] * 2
+
+
 def test_without_pushdown_spark_reads_and_filters_everything(spark, history, served):
     """With the flag off (and on a Spark without pushFilters, either way) reads are what they
     were: the reader has no pushFilters, Spark refuses nothing and filters every row."""
@@ -270,13 +294,13 @@ def test_translate_folds_conjuncts_into_one_plan():
     assert ReadPlan(tags=frozenset("a")).with_tags(["b"]).reads_nothing
 
 
+@needs_pushdown
 def test_a_sql92_subscription_leaves_tags_to_spark():
     ds = _filters()
-    if not spark_compat.FILTER_PUSHDOWN:
-        pytest.skip("this Spark has no pushFilters (4.1+)")
     tag = ds.EqualTo(("tags",), "x")
     plan, keep = translate([tag], tag_filter_exact=False)
     assert keep == [tag] and plan.tags == {"x"}
+    assert sql92_with_tags("a > 1", ["y'z", "x"]) == "(a > 1) AND (TAGS IN ('x', 'y''z'))"
 
 
 def _mq(topic, broker, qid):

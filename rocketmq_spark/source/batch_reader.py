@@ -17,7 +17,7 @@ from .offset_reader import OffsetReader
 from .options import Bound, SourceOptions
 from .partitions import RocketMQPartition, to_partitions
 from .planning import pack, ranges
-from .pushdown import ReadPlan, translate
+from .pushdown import ReadPlan, sql92_with_tags, translate
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -73,15 +73,15 @@ class PushdownBatchReader(RocketMQBatchReader):
     (DATA_SOURCE_PUSHDOWN_DISABLED), though Spark filtering what it reads is right for us."""
 
     def pushFilters(self, filters: List) -> List:
-        sql92 = getattr(self.options, "filter_type", "TAG") != "TAG"
+        sql92 = self.options.filter_type == "SQL92"
         plan, keep = translate(filters, tag_filter_exact=not sql92)
-        if plan.tags is not None and sql92:
-            # A SQL92 subscription has no tag set to intersect; Spark filters the tags.
-            plan = replace(plan, tags=None)
-        plan = plan.with_tags(self.options.tags)
+        if not sql92:
+            plan = plan.with_tags(self.options.tags)
         self.plan = plan
-        if plan.tags is not None and plan.tags and not plan.reads_nothing:
-            self.options = replace(self.options, filter=" || ".join(sorted(plan.tags)))
+        if plan.tags and not plan.reads_nothing:
+            self.options = replace(self.options, filter=(
+                sql92_with_tags(self.options.filter, plan.tags) if sql92
+                else " || ".join(sorted(plan.tags))))
         log.info("pushed down: %s; left to Spark: %d of %d filters", plan.describe(),
                  len(keep), len(filters))
         return keep

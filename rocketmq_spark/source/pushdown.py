@@ -91,7 +91,9 @@ def translate(filters: Iterable[Any], tag_filter_exact: bool = True
     order and by reference, as ``pushFilters`` returns them.
 
     ``tag_filter_exact``: a tag set read through the TAG filter is exact (the reader drops
-    every message whose tag is not in it), so a pushed ``tags`` filter is not given back."""
+    every message whose tag is not in it), so a pushed ``tags`` filter is not given back;
+    through a SQL92 subscription (:func:`sql92_with_tags`) the broker alone decides, so Spark
+    checks the tags again."""
     plan: Dict[str, Any] = {}
     pushed: List[str] = []
     keep: List[Any] = []
@@ -102,6 +104,13 @@ def translate(filters: Iterable[Any], tag_filter_exact: bool = True
         if not taken or not exact or (_column(f) == "tags" and not tag_filter_exact):
             keep.append(f)
     return ReadPlan(pushed=tuple(pushed), **plan), keep
+
+
+def sql92_with_tags(expression: str, tags: Iterable[str]) -> str:
+    """A SQL92 subscription narrowed to ``tags``: the broker compares the TAGS property as
+    the rows' tags column shows it (a message without tags matches neither)."""
+    quoted = ", ".join("'" + tag.replace("'", "''") + "'" for tag in sorted(tags))
+    return f"({expression}) AND (TAGS IN ({quoted}))"
 
 
 def _column(f: Any) -> Optional[str]:
