@@ -13,6 +13,7 @@ from .. import spark_compat
 from ..client.namespace import unwrap
 from ..client.protocol.route import MessageQueue
 from .connect import shared_admin
+from .filter_check import check_brokers_filter
 from .offset_reader import OffsetReader
 from .options import Bound, SourceOptions
 from .partitions import RocketMQPartition, to_partitions
@@ -55,6 +56,7 @@ class RocketMQBatchReader(DataSourceReader):
         log.info("batch read of %d queues in %d partitions, %d messages (pushed down: %s)",
                  len(queues), len(groups), sum(r.size for g in groups for r in g),
                  plan.describe())
+        check_brokers_filter(self.options, offsets.admin, groups, discovery.addresses)
         return to_partitions(groups, discovery.addresses)
 
     def read(self, partition: InputPartition) -> Iterator["pa.RecordBatch"]:
