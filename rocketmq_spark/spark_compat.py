@@ -40,8 +40,8 @@ REPORTS_LATEST_OFFSET: bool = hasattr(_datasource.DataSourceStreamReader, "repor
 #: ``DataSourceStreamArrowWriter`` (Spark 4.1+).
 STREAM_ARROW_WRITER: bool = hasattr(_datasource, "DataSourceStreamArrowWriter")
 
-#: ``DataSourceReader.pushFilters`` (Spark 4.1+). The source implements none: Spark filters
-#: the rows it reads, on every version.
+#: ``DataSourceReader.pushFilters`` (Spark 4.1+): batch reads take the filters Spark pushes
+#: when ``spark.sql.python.filterPushdown.enabled`` is on (docs/filter-pushdown.md).
 FILTER_PUSHDOWN: bool = hasattr(_datasource.DataSourceReader, "pushFilters")
 
 
@@ -91,7 +91,8 @@ def missing(max_messages_per_trigger: Optional[int] = None) -> List[str]:
         out.append("no DataSourceStreamArrowWriter: the stream sink takes Arrow batches as "
                    "a DataSourceArrowWriter")
     if not FILTER_PUSHDOWN:
-        out.append("no pushFilters (the source pushes none down on any version)")
+        out.append("no pushFilters: batch reads push no filters down, Spark filters every "
+                   "row read")
     return out
 
 

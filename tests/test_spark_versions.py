@@ -272,8 +272,8 @@ def test_a_group_member_reads_its_share_in_its_one_available_now_batch(
 # ------------------------------------------------------------------ batch reads, the sink
 
 def test_a_filtered_batch_read_is_filtered_by_spark(spark, cluster, topic):
-    """The source implements no pushFilters (4.1+), so Spark filters what it reads, on every
-    version."""
+    """Without filter pushdown (4.0, or the flag off, the default) Spark filters what the source
+    reads."""
     produce(cluster.namesrv_addr, topic, range(400))
     df = spark.read.format("rocketmq").option("nameServer", cluster.namesrv_addr) \
         .option("subscribe", topic).load()
