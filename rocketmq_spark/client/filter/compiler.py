@@ -11,8 +11,9 @@ from __future__ import annotations
 import operator
 from typing import Any, Callable, Mapping, Optional, Tuple
 
-from .javavalues import JDouble, NUMBER_TYPES, boolean_value_of, double_compare, \
-    double_value_of, java_compare, java_equals, string_converter
+from .javavalues import INT_MAX, INT_MIN, LONG_MAX, LONG_MIN, NUMBER_TYPES, JDouble, JInt, \
+    boolean_value_of, double_compare, double_value_of, java_compare, java_equals, \
+    parse_java_integer, string_converter
 from .nodes import BoolCast, Compare, Const, Equal, InList, Logic, Negate, Not, Prop, StringMatch
 
 Evaluator = Callable[[Mapping[str, str]], Any]
@@ -195,12 +196,13 @@ def _property_against_number(name: str, op: str, constant: Any) -> Evaluator:
             return order(double_compare(convert(value), constant), 0)
         return compare_double
     bound = int(constant)
+    low, high = (INT_MIN, INT_MAX) if type(constant) is JInt else (LONG_MIN, LONG_MAX)
 
     def compare_integer(props):
         value = props.get(name)
         if value is None:
             return None
-        return order(convert(value), bound)
+        return order(parse_java_integer(value, low, high), bound)
     return compare_integer
 
 

@@ -48,24 +48,25 @@ _JAVA_HEX_FLOAT = re.compile(r"([+-]?)0[xX]((?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-
                              r"[pP]([+-]?[0-9]+)[fFdD]?")
 
 
-def integer_value_of(text: str) -> JInt:
-    """``Integer.valueOf``: an optional sign then decimal digits, in int range."""
-    if _JAVA_INTEGER.fullmatch(text) is None:
+def parse_java_integer(text: str, low: int, high: int) -> int:
+    """``Integer.parseInt``/``Long.parseLong`` (by the range): an optional sign then decimal
+    digits (any Unicode decimal digit, as Character.digit), no blanks, no ``_``."""
+    if not (text.isascii() and text.isdigit()) and _JAVA_INTEGER.fullmatch(text) is None:
         raise EvaluationError(f"For input string: {text!r}")
     value = int(text)
-    if not INT_MIN <= value <= INT_MAX:
-        raise EvaluationError(f"For input string: {text!r} (out of int range)")
-    return JInt(value)
+    if not low <= value <= high:
+        raise EvaluationError(f"For input string: {text!r} (out of range)")
+    return value
+
+
+def integer_value_of(text: str) -> JInt:
+    """``Integer.valueOf``."""
+    return JInt(parse_java_integer(text, INT_MIN, INT_MAX))
 
 
 def long_value_of(text: str) -> JLong:
-    """``Long.valueOf``: an optional sign then decimal digits, in long range."""
-    if _JAVA_INTEGER.fullmatch(text) is None:
-        raise EvaluationError(f"For input string: {text!r}")
-    value = int(text)
-    if not LONG_MIN <= value <= LONG_MAX:
-        raise EvaluationError(f"For input string: {text!r} (out of long range)")
-    return JLong(value)
+    """``Long.valueOf``."""
+    return JLong(parse_java_integer(text, LONG_MIN, LONG_MAX))
 
 
 def _java_trim(text: str) -> str:
