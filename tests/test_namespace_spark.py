@@ -203,3 +203,18 @@ def test_a_member_beside_a_cpp_consumer_of_the_namespaced_group(spark, cluster, 
             peer.communicate(timeout=60)
         if query is not None:
             query.stop()
+
+
+@pytest.mark.timeout(180)
+def test_a_pattern_reads_the_matching_topics_of_its_namespace(spark, cluster, unique_name):
+    namesrv = cluster.namesrv_addr
+    ns, other, stem = unique_name("ns"), unique_name("nsx"), unique_name("P")
+    wanted = [f"{stem}a", f"{stem}b"]
+    for name in [f"{ns}%{t}" for t in wanted] + [f"{stem}c", f"{other}%{stem}d",
+                                                 f"%RETRY%{ns}%{stem}e"]:
+        cluster.create_topic(name, queues=1)
+        cluster.append(name, "broker-a", 0, [b"x", b"y", b"z"])
+    rows = (spark.read.format("rocketmq").option("nameServer", namesrv)
+            .option("namespace", ns).option("subscribePattern", f"{stem}.*").load()
+            .select("topic").collect())
+    assert sorted(r.topic for r in rows) == sorted(wanted * 3)
