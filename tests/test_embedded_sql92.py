@@ -26,7 +26,7 @@ from rocketmq_spark.embedded import accelerator
 from rocketmq_spark.embedded.property_filter import PropertyText
 
 CAPTURE = Path(__file__).resolve().parent / "data" / "capture-rocketmq-4.9.8-sql92"
-PULL, HEART_BEAT = 11, 34
+PULL, HEART_BEAT, CHECK_CLIENT_CONFIG = 11, 34, 46
 SERIALIZE = {"JSON": 0, "ROCKETMQ": 1}
 
 
@@ -262,6 +262,28 @@ def test_sql92_pull_behind_a_plain_pull_in_one_chunk_is_filtered(filtering):
     found = [[m.queue_offset for m in decode_messages(a.body, decompress=False)]
              for a in answers]
     assert found == [[0, 1, 2, 3], [2]]
+
+
+def _check_client(client, expression, expression_type="SQL92"):
+    body = json.dumps({"clientId": "sql-client", "group": "G", "subscriptionData": {
+        "topic": "T", "subString": expression, "expressionType": expression_type,
+        "subVersion": 1, "classFilterMode": False, "tagsSet": [], "codeSet": []}}).encode()
+    answer = client.request(CHECK_CLIENT_CONFIG, body=body)
+    return answer.code, answer.remark, answer.ext_fields
+
+
+def test_check_client_config_as_client_manage_processor(filtering):
+    # ClientManageProcessor.checkClientConfig, which Java consumers with SQL92 call first
+    with RawClient(filtering.broker("broker-a").addr) as client:
+        assert _check_client(client, "a > 1") == (0, None, None)
+        assert _check_client(client, "TagA", "TAG") == (0, None, None)
+        code, remark, _ = _check_client(client, "a >>> 1")
+        assert code == 23 and "expected a property" in remark
+        assert _check_client(client, "a > 1", "BLOOM") == (23, None, None)
+    with EmbeddedCluster() as cluster, RawClient(cluster.broker("broker-a").addr) as client:
+        assert _check_client(client, "a > 1") == (
+            1, "The broker does not support consumer to filter message by SQL92", None)
+        assert _check_client(client, "*", "TAG") == (0, None, None)
 
 
 def test_command_line_flag_enables_property_filter():

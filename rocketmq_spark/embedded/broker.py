@@ -33,6 +33,7 @@ from .headers import HeaderError, java_bool, opt_int, opt_str, req_int, req_long
 from .long_poll import LongPollService
 from .nameserver import NameServer, unsupported
 from .options import ServerOptions
+from .property_filter import CHECK_CLIENT_CONFIG, check_client_config
 from .pull import handle_pull
 from .schedule import ScheduleService
 from .send import RETRY_PREFIX, SYSTEM_TOPICS, handle_send, validate_topic
@@ -98,6 +99,8 @@ class Broker:
             RequestCode.LOCK_BATCH_MQ: self._lock_batch,  # orderly consumers
             RequestCode.UNLOCK_BATCH_MQ: self._unlock_batch,
             END_TRANSACTION: self.end_transaction.handle,
+            CHECK_CLIENT_CONFIG: lambda c, r: check_client_config(
+                options.enable_property_filter, r, options.version),
         }
 
     # ---------------------------------------------------------------- identity

@@ -19,6 +19,7 @@
 """
 from __future__ import annotations
 
+import json
 import logging
 import struct
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from functools import lru_cache
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from ..client.filter import Expression, FilterSyntaxError, parse_sql92
+from ..client.protocol.codes import ResponseCode
+from ..client.protocol.frame import RemotingCommand
 from ..client.protocol.message import MAGIC_V2, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
 from ..client.protocol.properties import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 from .queue import ConsumeQueue, filter_window
@@ -33,6 +36,7 @@ from .queue import ConsumeQueue, filter_window
 log = logging.getLogger(__name__)
 
 SQL92 = "SQL92"
+CHECK_CLIENT_CONFIG = 46  # RequestCode.CHECK_CLIENT_CONFIG
 CQ_FILE_ENTRIES = 300_000  # entries per consume-queue file (mappedFileSizeConsumeQueue / 20)
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
@@ -172,3 +176,33 @@ def read_matching(queue: ConsumeQueue, offset: int, expression: Optional[Express
         idx += 1
     body = b"".join(buf[s - base:e - base] for s, e in pieces)
     return body, idx - i0, count
+
+
+def check_client_config(enable_property_filter: bool, cmd: RemotingCommand,
+                        version: int) -> RemotingCommand:
+    """CHECK_CLIENT_CONFIG (ClientManageProcessor.checkClientConfig), which a Java consumer with
+    a non-tag subscription sends every broker before it starts: SUCCESS for a tag subscription
+    or none; SYSTEM_ERROR when property filtering is off; SUBSCRIPTION_PARSE_FAILED when the
+    expression does not compile. The genuine remark of the last is the Java parser's exception
+    text; ours carries our parser's reason instead."""
+    body = json.loads(cmd.body) if cmd.body else None  # bad JSON: the dispatch's SYSTEM_ERROR
+    sub = body.get("subscriptionData") if isinstance(body, dict) else None
+    if isinstance(sub, dict):
+        expression_type = sub.get("expressionType")
+        if not is_tag_type(expression_type):
+            if not enable_property_filter:
+                return cmd.make_response(ResponseCode.SYSTEM_ERROR, None,
+                                         "The broker does not support consumer to filter "
+                                         f"message by {expression_type}", version=version)
+            text = sub.get("subString")
+            if expression_type != SQL92 or not isinstance(text, str):
+                # no filter of that type (or no expression): a NullPointerException, no message
+                return cmd.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, None, None,
+                                         version=version)
+            try:
+                parse_sql92(text, allow_trailing_text=True, string_operators=False)
+            except FilterSyntaxError as exc:
+                return cmd.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, None,
+                                         f"Invalid MessageSelector: {exc.reason}",
+                                         version=version)
+    return cmd.make_response(ResponseCode.SUCCESS, None, None, version=version)
