@@ -128,3 +128,28 @@ def test_system_properties_tags_and_keys_are_ordinary_properties():
     props = {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "AC11"}
     assert parse_sql92("TAGS = 'TagA' AND KEYS IS NOT NULL").evaluate(props)
     assert not parse_sql92("tags = 'TagA'").evaluate(props)   # property names are case-sensitive
+
+
+@pytest.mark.parametrize("text,props,expected", [
+    # cases after Apache's filter ExpressionTest, with every value a String as on the broker
+    ("a=3 and b<>4 And c>5 AND d<=4", dict(a="3", b="5", c="6", d="1"), True),
+    ("a=3 and b<>4 And c>5 AND d<=4", dict(a="4", b="5", c="6", d="1"), False),
+    ("a=3 or b<>4 Or c>5 OR d<=4", dict(a="4", b="4", c="3", d="2"), True),
+    ("a=3 or b<>4 Or c>5 OR d<=4", dict(a="4", b="4", c="3", d="10"), False),
+    ("a in ('3', '4', '5')", dict(a="4"), True),
+    ("a not in ('3', '4', '5')", dict(a="8"), True),
+    ("a between 2 and 10", dict(a="10"), True),
+    ("a not between 2 and 10", dict(a="11"), True),
+    ("a is null", dict(abc="2"), True),
+    ("a is not null and a='hello'", {}, False),
+    ("a=TRUE OR b=FALSE", dict(a="false", b="true"), False),
+    ("a is null OR a='hello'", dict(a="abc"), False),
+    ("TAGS is not null and TAGS='''''tag'''''", dict(TAGS="''tag''"), True),
+    ("a > 3.1E10", dict(a="3.1415E10"), True),
+    ("a > b", dict(a="20", b="10"), True),
+    ("a between up and low", dict(a="3.14"), False),
+    ("key is not null and key between 0 and 100", dict(key="con"), False),
+    ("a<>b", dict(a="3.14", b="3.141"), True),
+])
+def test_cases_after_apaches_expression_test(text, props, expected):
+    assert parse_sql92(text).evaluate(props) is expected
