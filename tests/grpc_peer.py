@@ -7,6 +7,8 @@ prints one JSON document on stdout (the library logs to ~/logs/rocketmq_python).
     python tests/grpc_peer.py produce --endpoints E --topic T [--tls --ca FILE] < messages.json
     python tests/grpc_peer.py receive --endpoints E --topic T --group G --expect N [--timeout S]
 
+Both take ``--namespace NS`` (the client's 5.x namespace: its topics and group are NS%name).
+
 ``produce`` reads a JSON list of ``{"body": str, "tag": str, "keys": [str], "properties":
 {name: value}, "message_group": str}`` and sends them one by one, printing ``{"results":
 [{"message_id": ..., "offset": ...} | {"error": ...}]}``. ``receive`` runs a SimpleConsumer
@@ -30,7 +32,8 @@ def _config(args):
     from rocketmq import ClientConfiguration, Credentials
 
     credentials = Credentials(args.access_key or "", args.secret_key or "")
-    return ClientConfiguration(args.endpoints, credentials, request_timeout=args.request_timeout)
+    return ClientConfiguration(args.endpoints, credentials, namespace=args.namespace,
+                               request_timeout=args.request_timeout)
 
 
 def produce(args) -> dict:
@@ -104,6 +107,7 @@ def main(argv=None) -> int:
         s.add_argument("--access-key")
         s.add_argument("--secret-key")
         s.add_argument("--request-timeout", type=int, default=5)
+        s.add_argument("--namespace", default="", help="the client's 5.x namespace")
         if name == "receive":
             s.add_argument("--group", required=True)
             s.add_argument("--expect", type=int, required=True)

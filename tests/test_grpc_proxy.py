@@ -189,6 +189,38 @@ def test_our_producer_to_the_official_simple_consumer(cluster, producer):
                 == cluster.max_offset("GrpcToOfficial", b.name, q)
 
 
+@needs_grpc_peer
+def test_namespaces_agree_with_the_official_client(cluster, producer):
+    """Our producer in namespace ns1 stores into ``ns1%T`` (what the proxy makes of a resource's
+    namespace: NamespaceUtil.wrapNamespace); the official producer in ns1 stores there too, and
+    the official SimpleConsumer in ns1 (group ``ns1%G``) receives both, and nothing of the
+    same topic name outside the namespace."""
+    cluster.create_topic("ns1%GrpcNs", 2)
+    cluster.create_topic("GrpcNs", 1)  # the same name outside the namespace: not read
+    with GrpcProducer(cluster.proxy_endpoint, tls_ca_file=cluster.proxy_tls_cert,
+                      namespace="ns1", topics=["GrpcNs"]) as ours:
+        sent = [r.msg_id for r in ours.send([Message("GrpcNs", f"ours {i}".encode(), tags="o")
+                                             for i in range(6)])]
+    official = grpc_peer("produce", "--endpoints", cluster.proxy_endpoint, "--topic", "GrpcNs",
+                         "--namespace", "ns1", "--tls", "--ca", cluster.proxy_tls_cert,
+                         stdin=json.dumps([{"body": f"official {i}", "tag": "x"}
+                                           for i in range(4)]))
+    assert all("message_id" in r for r in official["results"]), official
+    producer.send([Message("GrpcNs", b"outside the namespace")])
+    sent += [r["message_id"] for r in official["results"]]
+    stored = read_topic(cluster, "ns1%GrpcNs")
+    assert sorted(r["msg_id"] for r in stored) == sorted(sent)
+    got = grpc_peer("receive", "--endpoints", cluster.proxy_endpoint, "--topic", "GrpcNs",
+                    "--group", "NsGroup", "--namespace", "ns1", "--expect", "10",
+                    "--timeout", "40", "--tls", "--ca", cluster.proxy_tls_cert)
+    assert got["errors"] == []
+    assert sorted(m["message_id"] for m in got["messages"]) == sorted(sent)
+    assert sorted(m["body"] for m in got["messages"]) == sorted(
+        [f"ours {i}" for i in range(6)] + [f"official {i}" for i in range(4)])
+    assert any(cluster.consumer_offset("ns1%NsGroup", "ns1%GrpcNs", b.name, q)
+               for b in cluster.brokers for q in range(2))
+
+
 # ----------------------------------------------------------------------- the official producer
 
 
