@@ -128,6 +128,12 @@ class NameServerClient:
         return self._ask(lambda: RemotingCommand(
             code=RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), "topic list", handle)
 
+    @property
+    def proxies(self) -> List[str]:
+        """Name server addresses found to be a 5.x proxy's remoting port (by
+        :meth:`cluster_info`): every broker behind one is reached at its address."""
+        return sorted(self._proxies)
+
     def _brokers_of_routes(self) -> ClusterInfo:
         info = ClusterInfo()
         for _, route in list(self._routes.values()):

@@ -92,7 +92,9 @@ class EmbeddedCluster(ClusterFaults):
     :attr:`proxy_endpoint`: TLS with the same (or a self-signed) certificate unless
     ``grpc_proxy_tls=False``. ``proxy_remoting=True`` adds the 5.x proxy's remoting port
     (:mod:`.proxy_remoting`) at :attr:`proxy_remoting_addr`, forwarding to the brokers (TLS
-    as the brokers' when ``tls`` is given). Other keyword arguments are :class:`ServerOptions`.
+    as the brokers' when ``tls`` is given); ``proxy_transaction_heartbeat`` and
+    ``proxy_transaction_data_expire`` (seconds) are its transactionHeartbeatPeriodSecond and
+    transactionDataExpireMillis. Other keyword arguments are :class:`ServerOptions`.
     """
 
     def __init__(self, brokers: int = 1, data_dir: Optional[Union[str, Path]] = None, *,
@@ -102,7 +104,8 @@ class EmbeddedCluster(ClusterFaults):
                  tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
                  grpc_proxy: bool = False, grpc_proxy_tls: bool = True,
                  grpc_proxy_port: int = 0, proxy_remoting: bool = False,
-                 proxy_remoting_port: int = 0,
+                 proxy_remoting_port: int = 0, proxy_transaction_heartbeat: float = 20.0,
+                 proxy_transaction_data_expire: float = 30.0,
                  call_timeout: float = 30.0, **options: Any):
         if brokers < 1:
             raise ValueError("an embedded cluster needs at least one broker")
@@ -152,8 +155,10 @@ class EmbeddedCluster(ClusterFaults):
                                          max_message_size=self.options.max_message_size)
         self._proxy_remoting: Optional[ProxyRemoting] = None
         if proxy_remoting:
-            self._proxy_remoting = ProxyRemoting(self.namesrv, host=host, port=proxy_remoting_port,
-                                                 tls=self.tls_settings, faults=self.faults)
+            self._proxy_remoting = ProxyRemoting(
+                self.namesrv, host=host, port=proxy_remoting_port, tls=self.tls_settings,
+                faults=self.faults, transaction_heartbeat_period=proxy_transaction_heartbeat,
+                transaction_data_expire=proxy_transaction_data_expire)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._thread: Optional[threading.Thread] = None
         self._started = False

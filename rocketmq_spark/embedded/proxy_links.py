@@ -4,8 +4,8 @@ them, MQClientAPIExt in cluster mode).
 One connection per broker address, opened on first use and kept; requests are pipelined on it
 and matched to their answers by opaque. A broker holds a suspended pull on this connection and
 answers it later, which is how long polling reaches the proxy's client. Requests a broker starts
-(NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE) are dropped: the clients they concern are
-the proxy's, not the broker's.
+go to ``on_request``: the proxy passes a check-back on to its client (:mod:`.proxy_transactions`)
+and drops the rest.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import itertools
 import logging
 import ssl
 from dataclasses import replace
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 from ..client.protocol.frame import FrameDecoder, RemotingCommand, encode_frame
 from ..client.protocol.route import split_address
@@ -25,8 +25,9 @@ log = logging.getLogger(__name__)
 class BrokerLink(asyncio.Protocol):
     """One open connection to a broker, with the proxy's requests under way on it."""
 
-    def __init__(self, address: str):
+    def __init__(self, address: str, on_request: Optional[Callable] = None):
         self.address = address
+        self.on_request = on_request  # on_request(link, cmd): a request the broker sent
         self.transport: Optional[asyncio.Transport] = None
         self.closed = False
         self._decoder = FrameDecoder()
@@ -45,6 +46,8 @@ class BrokerLink(asyncio.Protocol):
             return
         for cmd in commands:
             if not cmd.is_response:
+                if self.on_request is not None:
+                    self.on_request(self, cmd)
                 continue
             future = self._calls.pop(cmd.opaque, None)
             if future is not None and not future.done():
@@ -84,7 +87,8 @@ class BrokerLink(asyncio.Protocol):
 class BrokerLinks:
     """The proxy's links, by broker address."""
 
-    def __init__(self, tls: bool = False):
+    def __init__(self, tls: bool = False, on_request: Optional[Callable] = None):
+        self._on_request = on_request
         self._ssl = None
         if tls:  # the brokers' own (often self-signed) certificate: encrypt, do not verify
             self._ssl = ssl.create_default_context()
@@ -105,8 +109,8 @@ class BrokerLinks:
         try:
             host, port = split_address(address)
             try:
-                _, link = await loop.create_connection(lambda: BrokerLink(address), host, port,
-                                                     ssl=self._ssl)
+                _, link = await loop.create_connection(
+                    lambda: BrokerLink(address, self._on_request), host, port, ssl=self._ssl)
             except OSError:
                 raise ConnectionError(f"connect to {address} failed") from None
             self._links[address] = link

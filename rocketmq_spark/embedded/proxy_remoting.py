@@ -24,9 +24,9 @@ read from the 5.1 source (proxy/src/main/java/org/apache/rocketmq/proxy/remoting
   of the body; an empty set is answered by the proxy (code SYSTEM_ERROR, remark
   "MessageQueue set is empty", as createResponseCommand(null) leaves the code).
 * END_TRANSACTION (TransactionActivity) is answered SUCCESS at once; the proxy then sends the
-  broker a oneway END_TRANSACTION built from what it kept of the prepared send's answer
-  (producer group + transaction id -> broker, queue offset, commit log offset), or nothing when
-  it kept nothing. A client never learns the broker's verdict.
+  broker a oneway END_TRANSACTION built from what it kept of the prepared send's answer or of
+  the broker's check-back (:mod:`.proxy_transactions`), or nothing when it kept nothing (or
+  kept it more than 30 s ago). A client never learns the broker's verdict.
 * Anything else (GET_BROKER_CLUSTER_INFO, GET_ALL_TOPIC_LIST_FROM_NAMESERVER, VIEW_MESSAGE_BY_ID,
   GET_EARLIEST_MSG_STORETIME, ...) is REQUEST_CODE_NOT_SUPPORTED; GET_CONSUMER_CONNECTION_LIST
   is registered but unhandled in 5.1, so it is never answered.
@@ -41,7 +41,6 @@ from typing import Dict, Optional, Tuple
 
 from ..client.protocol.codes import FLAG_ONEWAY, VERSION_V4_9_4, RequestCode, ResponseCode
 from ..client.protocol.frame import RemotingCommand
-from ..client.protocol.properties import UNIQ_KEY, property_value
 from ..client.protocol.route import BrokerData, TopicRouteData
 from .consumers import (
     CONSUME_FROM, CONSUME_TYPES, MESSAGE_MODELS, ChannelInfo, ClientRegistry, enum_name,
@@ -51,6 +50,7 @@ from .faults import FaultInjector
 from .headers import java_bool
 from .nameserver import NameServer, unsupported
 from .proxy_links import BrokerLinks
+from .proxy_transactions import ProxyTransactions
 from .server import RemotingServer
 from .tls import TlsSettings
 
@@ -67,8 +67,6 @@ BROKER_NAME_FIELD_V2 = "n"
 FORWARD_TIMEOUT = 3.0
 PULL_EXTRA_TIMEOUT = 10.0
 PULL_FLAG_SUBSCRIPTION = 0x4
-TRANSACTION_TYPE_MASK = 0x3 << 2
-TRANSACTION_PREPARED = 0x1 << 2
 
 CONSUMER_SEND_MSG_BACK = 36
 END_TRANSACTION = 37
@@ -102,14 +100,17 @@ class ProxyRemoting:
     """Request handler of the proxy's remoting port; :attr:`server` listens."""
 
     def __init__(self, namesrv: NameServer, *, host: str = "127.0.0.1", port: int = 0,
-                 tls: Optional[TlsSettings] = None, faults: Optional[FaultInjector] = None):
+                 tls: Optional[TlsSettings] = None, faults: Optional[FaultInjector] = None,
+                 transaction_heartbeat_period: float = 20.0,
+                 transaction_data_expire: float = 30.0):
         self.namesrv = namesrv
         self.server = RemotingServer("proxy-remoting", self, host=host, port=port, tls=tls,
                                      faults=faults, version=PROXY_VERSION)
         self.clients = ClientRegistry(self._notify_ids_changed)
-        self.links = BrokerLinks(tls=tls is not None)
-        # (producer group, transaction id) -> (broker name, queue offset, commit log offset)
-        self.transactions: Dict[Tuple[str, str], Tuple[str, int, int]] = {}
+        self.links = BrokerLinks(tls=tls is not None, on_request=self._broker_request)
+        self.transactions = ProxyTransactions(self.links, namesrv, self.clients,
+                                              heartbeat_period=transaction_heartbeat_period,
+                                              data_expire=transaction_data_expire)
         self._tasks: set = set()
         self.forwarded = 0  # requests passed on to a broker (for tests)
 
@@ -119,6 +120,8 @@ class ProxyRemoting:
 
     async def start(self) -> None:
         await self.server.start()
+        task = asyncio.get_running_loop().create_task(self.transactions.heartbeat_forever())
+        self._tasks.add(task)
 
     async def stop(self) -> None:
         await self.server.stop()
@@ -153,7 +156,8 @@ class ProxyRemoting:
                 return self._reply(cmd, ResponseCode.VERSION_NOT_SUPPORTED, NO_BNAME)
             if code in PULL_CODES:
                 return self._pull(conn, cmd, broker)
-            keep = (lambda a: self.keep_transaction(cmd, broker, a)) if code in SEND_CODES \
+            keep = (lambda a: self.transactions.prepared_answer(cmd, broker, a)) \
+                if code in SEND_CODES \
                 else None
             self._forward(conn, cmd, broker, FORWARD_TIMEOUT, keep)
             return None
@@ -302,38 +306,15 @@ class ProxyRemoting:
 
     # ---------------------------------------------------------------- transactions
 
-    def keep_transaction(self, cmd: RemotingCommand, broker: str, answer: RemotingCommand) -> None:
-        """SendMessageActivity's addTransactionData: a prepared send's answer, kept for its
-        END_TRANSACTION."""
-        f = cmd.fields
-        v2 = cmd.code != RequestCode.SEND_MESSAGE
-        try:
-            sys_flag = int(f.get("f" if v2 else "sysFlag", "0"))
-        except ValueError:
-            return
-        if (sys_flag & TRANSACTION_TYPE_MASK) != TRANSACTION_PREPARED \
-                or answer.code != ResponseCode.SUCCESS:
-            return
-        a = answer.fields
-        # a 5.x broker answers with the message's UNIQ_KEY as transactionId; our brokers
-        # answer as 4.9.8, which sends none, so the proxy reads it from the request
-        transaction_id = a.get("transactionId") or property_value(
-            f.get("i" if v2 else "properties", ""), UNIQ_KEY)
-        try:
-            commit_log_offset = int(a["msgId"][-16:], 16)
-            if not transaction_id:
-                raise KeyError("transactionId")
-            key = (f.get("a" if v2 else "producerGroup", ""), transaction_id)
-            self.transactions[key] = (broker, int(a["queueOffset"]), commit_log_offset)
-        except (KeyError, ValueError):
-            log.warning("proxy: a prepared send's answer lacks its transaction fields")
+    def _broker_request(self, link, cmd: RemotingCommand) -> None:
+        if cmd.code == RequestCode.CHECK_TRANSACTION_STATE:
+            self.transactions.check_back(link, cmd)
 
     def _end_transaction(self, cmd: RemotingCommand) -> RemotingCommand:
         f = cmd.fields
-        kept = self.transactions.pop((f.get("producerGroup", ""), f.get("transactionId", "")),
-                                     None)
+        kept = self.transactions.take(f.get("producerGroup", ""), f.get("transactionId", ""))
         if kept is not None:
-            broker, queue_offset, commit_log_offset = kept
+            broker, queue_offset, commit_log_offset, _ = kept
             header = {k: f[k] for k in ("producerGroup", "msgId", "transactionId",
                                         "fromTransactionCheck", "topic") if k in f}
             # TransactionStatus: COMMIT and ROLLBACK pass, anything else becomes NOT_TYPE (0)

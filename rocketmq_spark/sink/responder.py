@@ -45,8 +45,11 @@ def _alive(pid: int) -> bool:
 
 
 def _brokers(names: NameServerClient) -> list:
+    """Where check-backs come from: every broker's master, or a 5.x proxy's remoting port,
+    which passes its brokers' check-backs on to producers registered with it."""
     info = names.cluster_info()
-    return sorted({b.master_addr for b in info.broker_addr_table.values() if b.master_addr})
+    return sorted({b.master_addr for b in info.broker_addr_table.values() if b.master_addr}
+                  | set(names.proxies))
 
 
 def main() -> int:
