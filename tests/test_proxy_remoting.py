@@ -266,3 +266,27 @@ def test_the_4x_cpp_client_gets_routes_but_every_pull_and_send_is_refused(proxie
     assert proxied.proxy_remoting.forwarded == forwarded  # nothing reached a broker
     direct = peer("pull", "--namesrv", proxied.namesrv_addr)
     assert len(direct["messages"]) == 6
+
+
+def test_the_cli_serves_the_proxy_remoting_port():
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rocketmq_spark.embedded", "--brokers", "2", "--proxy-remoting",
+         "--topic", "CliPx:2", "--fill", "CliPx:40:8"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=Path(__file__).resolve().parents[1])
+    try:
+        found = {}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            kind, _, rest = proc.stdout.readline().strip().partition(" ")
+            found[kind] = rest
+            if kind in ("ready", ""):
+                break
+        assert "ready" in found, proc.stderr.read() if proc.poll() is not None else found
+        with Admin(found["proxy-remoting"]) as admin:
+            queues = admin.queues("CliPx", refresh=True)
+            assert {admin.master_address(mq) for mq in queues} == {found["proxy-remoting"]}
+            assert sum(admin.offsets("max", queues).values()) == 40
+    finally:
+        proc.terminate()
+        proc.wait(30)
