@@ -183,6 +183,9 @@ def test_heartbeats_make_the_proxy_list_the_group_across_brokers(proxied, unique
         members = admin.brokers.get_consumer_list_by_group(proxied.proxy_remoting_addr, group)
         assert members == [admin.remoting.config.client_id]
         assert proxied.proxy_remoting.clients.consumers[group].client_ids() == members
+        # a group nobody heartbeated: the proxy's NullPointerException, read as no members
+        assert admin.brokers.get_consumer_list_by_group(proxied.proxy_remoting_addr,
+                                                        unique_name("PxNobody")) == []
         with pytest.raises(ResponseError, match="subscribe to topics by name"):
             admin.names.topic_list()
         # no GET_BROKER_CLUSTER_INFO at a proxy: the brokers are those of the routes looked up

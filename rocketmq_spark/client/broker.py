@@ -236,12 +236,16 @@ class BrokerClient:
 
     def get_consumer_list_by_group(self, address: str, group: str,
                                    timeout: Optional[float] = None) -> List[str]:
-        """Client ids of the group's live members; ``[]`` when the broker knows none."""
+        """Client ids of the group's live members; ``[]`` when the broker knows none (a 4.x
+        broker says "no consumer for this group"; a 5.x proxy's remoting port fails on the
+        group it does not know: SYSTEM_ERROR with no remark, or on Java 14+ the
+        NullPointerException's text naming ``consumerGroupInfo``)."""
         r = self._call(address, command(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {
             "consumerGroup": group}), "GET_CONSUMER_LIST_BY_GROUP", timeout,
             ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
         if r.code == ResponseCode.SYSTEM_ERROR:
-            if "no consumer" in (r.remark or ""):
+            remark = r.remark or ""
+            if not remark or "no consumer" in remark or "consumerGroupInfo" in remark:
                 return []
             raise response_error(r, "GET_CONSUMER_LIST_BY_GROUP", address)
         return [str(c) for c in json_object(r.body, "consumer list").get("consumerIdList")
