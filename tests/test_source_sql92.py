@@ -212,6 +212,8 @@ def test_a_broker_without_property_filtering_fails_the_read_at_once(spark):
     """PullMessageProcessor.java (4.9.8) answers SYSTEM_ERROR "The broker does not support
     consumer to filter message by SQL92" when enablePropertyFilter is false (its default),
     as the capture rocketmq-4.9.8-sql92 shows; that is never retried."""
+    from pyspark.errors import AnalysisException
+
     from rocketmq_spark.embedded import EmbeddedCluster
 
     with EmbeddedCluster(brokers=1) as plain:
@@ -221,6 +223,8 @@ def test_a_broker_without_property_filtering_fails_the_read_at_once(spark):
         with pytest.raises(Exception) as info:
             sql_read(spark, plain.namesrv_addr, "region = 'eu'").collect()
         assert "enablePropertyFilter=true" in str(info.value)
+        # planning failed it (the driver's probe), not a task (which raises PythonException)
+        assert isinstance(info.value, AnalysisException), type(info.value)
         assert time.monotonic() - started < 30  # not the 60 s of retries a busy broker gets
         with Admin(plain.namesrv_addr) as admin:
             reader = QueueRangeReader(
