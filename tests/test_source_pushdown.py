@@ -4,6 +4,7 @@ brokers really serve fewer messages (counted on the embedded brokers' queues).""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 from contextlib import contextmanager
 
@@ -161,6 +162,18 @@ def test_queue_columns_prune_queues(spark, history, served):
     assert on == off and {(r[1], r[2]) for r in on} == {("broker-b", 1), ("broker-b", 3)}
     assert served_on == len(on) == 2 * MINUTES * PER_MINUTE
     assert served_off == 2 * QUEUES * MINUTES * PER_MINUTE
+
+
+@needs_pushdown
+def test_per_queue_offsets_still_name_every_queue_when_queues_are_pruned(
+        spark, history, served):
+    """endingOffsets must give every queue of the subscription; pruning does not change that,
+    and the pruned read ends where the option says."""
+    cluster, topic = history
+    ends = json.dumps({topic: {f"{b.name}/{q}": 10 * (q + 1) for b in cluster.brokers
+                               for q in range(QUEUES)}})
+    off, _, on, served_on = both(spark, history, served, "queueId = 2", endingOffsets=ends)
+    assert on == off and len(on) == served_on == 2 * 30
 
 
 @needs_pushdown
