@@ -320,3 +320,15 @@ def _mq(topic, broker, qid):
     from rocketmq_spark.client.protocol.route import MessageQueue
 
     return MessageQueue(topic, broker, qid)
+
+
+@needs_pushdown
+def test_spark_calls_push_filters_from_the_worker_the_reader_looks_for():
+    """The reader has pushFilters only in this planning worker (see batch_reader); a PySpark
+    that moved it would leave every read without pushdown, so say so here first."""
+    import importlib.util
+
+    from rocketmq_spark.source.batch_reader import PUSHDOWN_WORKER
+
+    spec = importlib.util.find_spec(PUSHDOWN_WORKER)
+    assert spec is not None and "pushFilters" in open(spec.origin, encoding="utf-8").read()
