@@ -54,6 +54,11 @@ class NameServer:
     def unregister(self, name: str) -> None:
         self._brokers.pop(name, None)
 
+    def broker_address(self, name: str) -> Optional[str]:
+        """The registered broker's address (None: no broker of that name is registered)."""
+        broker = self._brokers.get(name)
+        return None if broker is None else broker.addr
+
     def broker_names(self) -> List[str]:
         """Registered brokers in the order a Java HashMap keyed by name iterates them."""
         return java_hashmap_order(self._brokers)

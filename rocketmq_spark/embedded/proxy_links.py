@@ -14,7 +14,7 @@ import itertools
 import logging
 import ssl
 from dataclasses import replace
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 from ..client.protocol.frame import FrameDecoder, RemotingCommand, encode_frame
 from ..client.protocol.route import split_address
@@ -23,7 +23,9 @@ log = logging.getLogger(__name__)
 
 
 class BrokerLink(asyncio.Protocol):
-    """One open connection to a broker, with the proxy's requests under way on it."""
+    """One open connection to a broker, with the proxy's requests under way on it. Each
+    request has a callback, called once with the answer or an exception (no task per request:
+    the proxy relays every pull this way)."""
 
     def __init__(self, address: str, on_request: Optional[Callable] = None):
         self.address = address
@@ -31,7 +33,7 @@ class BrokerLink(asyncio.Protocol):
         self.transport: Optional[asyncio.Transport] = None
         self.closed = False
         self._decoder = FrameDecoder()
-        self._calls: Dict[int, asyncio.Future] = {}
+        self._calls: Dict[int, Tuple[Callable, asyncio.TimerHandle]] = {}
         self._opaque = itertools.count(1)
 
     def connection_made(self, transport) -> None:
@@ -49,32 +51,31 @@ class BrokerLink(asyncio.Protocol):
                 if self.on_request is not None:
                     self.on_request(self, cmd)
                 continue
-            future = self._calls.pop(cmd.opaque, None)
-            if future is not None and not future.done():
-                future.set_result(cmd)
+            call = self._calls.pop(cmd.opaque, None)
+            if call is not None:
+                call[1].cancel()
+                call[0](cmd)
 
     def connection_lost(self, exc) -> None:
         self.closed = True
         calls, self._calls = self._calls, {}
-        for future in calls.values():
-            if not future.done():
-                future.set_exception(ConnectionError(
-                    f"the channel to {self.address} closed"))
+        for callback, timer in calls.values():
+            timer.cancel()
+            callback(ConnectionError(f"the channel to {self.address} closed"))
 
-    async def request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
-        """``cmd`` sent under the link's own opaque; its answer, or TimeoutError after
-        ``timeout`` seconds (RemotingTimeoutException's words)."""
+    def call(self, cmd: RemotingCommand, timeout: float, callback: Callable) -> None:
+        """Send ``cmd`` under the link's own opaque; ``callback`` gets its answer, or a
+        TimeoutError after ``timeout`` seconds (RemotingTimeoutException's words)."""
         opaque = next(self._opaque)
-        future = asyncio.get_running_loop().create_future()
-        self._calls[opaque] = future
+
+        def expire() -> None:
+            if self._calls.pop(opaque, None) is not None:
+                callback(TimeoutError(f"wait response on the channel <{self.address}> "
+                                      f"timeout, {int(timeout * 1000)}(ms)"))
+
+        timer = asyncio.get_running_loop().call_later(timeout, expire)
+        self._calls[opaque] = (callback, timer)
         self.transport.write(encode_frame(replace(cmd, opaque=opaque)))
-        try:
-            return await asyncio.wait_for(future, timeout)
-        except asyncio.TimeoutError:
-            raise TimeoutError(f"wait response on the channel <{self.address}> timeout, "
-                               f"{int(timeout * 1000)}(ms)") from None
-        finally:
-            self._calls.pop(opaque, None)
 
     def oneway(self, cmd: RemotingCommand) -> None:
         self.transport.write(encode_frame(replace(cmd, opaque=next(self._opaque))))
@@ -96,6 +97,11 @@ class BrokerLinks:
             self._ssl.verify_mode = ssl.CERT_NONE
         self._links: Dict[str, BrokerLink] = {}
         self._opening: Dict[str, asyncio.Future] = {}
+
+    def open_link(self, address: str) -> Optional[BrokerLink]:
+        """The open link to ``address``, or None (then :meth:`link` opens one)."""
+        link = self._links.get(address)
+        return link if link is not None and not link.closed else None
 
     async def link(self, address: str) -> BrokerLink:
         link = self._links.get(address)

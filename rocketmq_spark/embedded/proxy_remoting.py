@@ -61,6 +61,8 @@ FAQ_URL = "https://rocketmq.apache.org/docs/bestPractice/06FAQ"
 MSG_REGION = "MSG_REGION"
 TRACE_ON = "TRACE_ON"
 DEFAULT_REGION = "DefaultRegion"
+# the ext fields AbstractRemotingActivity.writeResponse adds to every answer
+DECORATION = {MSG_REGION: DEFAULT_REGION, TRACE_ON: "true"}
 NO_BNAME = "Request doesn't have field bname"
 BROKER_NAME_FIELD = "bname"
 BROKER_NAME_FIELD_V2 = "n"
@@ -175,8 +177,7 @@ class ProxyRemoting:
 
     @staticmethod
     def _decoration() -> Dict[str, str]:
-        """The ext fields AbstractRemotingActivity.writeResponse adds to every answer."""
-        return {MSG_REGION: DEFAULT_REGION, TRACE_ON: "true"}
+        return dict(DECORATION)
 
     # ---------------------------------------------------------------- routes
 
@@ -194,45 +195,52 @@ class ProxyRemoting:
                     or java_bool(cmd.fields.get("acceptStandardJsonOnly")))
         return self._reply(cmd, ResponseCode.SUCCESS, None, proxied.to_json(standard))
 
-    def _broker_address(self, broker: str) -> Optional[str]:
-        """The master of ``broker`` as the name server knows it (None: unknown)."""
-        for data in self.namesrv.cluster_info().broker_addr_table.values():
-            if data.broker_name == broker:
-                return data.master_addr
-        return None
-
     # ---------------------------------------------------------------- forwarding
 
     def _forward(self, conn, cmd: RemotingCommand, broker: str, timeout: float,
                  on_answer=None) -> None:
-        task = asyncio.get_running_loop().create_task(
-            self._relay(conn, cmd, broker, timeout, on_answer))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _relay(self, conn, cmd: RemotingCommand, broker: str, timeout: float,
-                     on_answer) -> None:
-        address = self._broker_address(broker)
+        """Hand ``cmd`` to ``broker``'s master and its answer back to ``conn``."""
+        address = self.namesrv.broker_address(broker)
         if address is None:
             if not cmd.is_oneway:
                 conn.send(self._reply(cmd, *topic_not_exist(broker)))
             return
+        link = self.links.open_link(address)
+        if link is None:  # the first request to this broker: connect first
+            task = asyncio.get_running_loop().create_task(
+                self._connect_and_forward(conn, cmd, address, timeout, on_answer))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
+        self._send(link, conn, cmd, timeout, on_answer)
+
+    async def _connect_and_forward(self, conn, cmd, address: str, timeout: float,
+                                   on_answer) -> None:
         try:
             link = await self.links.link(address)
-            self.forwarded += 1
-            if cmd.is_oneway:
-                link.oneway(cmd)
-                return
-            answer = await link.request(cmd, timeout)
-        except (ConnectionError, TimeoutError) as exc:
+        except ConnectionError as exc:
             if not cmd.is_oneway:
                 conn.send(self._reply(cmd, ResponseCode.SYSTEM_ERROR, str(exc)))
             return
-        if on_answer is not None:
-            on_answer(answer)
-        fields = dict(answer.fields)
-        fields.update(self._decoration())
-        conn.send(replace(answer, opaque=cmd.opaque, ext_fields=fields))
+        self._send(link, conn, cmd, timeout, on_answer)
+
+    def _send(self, link, conn, cmd: RemotingCommand, timeout: float, on_answer) -> None:
+        self.forwarded += 1
+        if cmd.is_oneway:
+            link.oneway(cmd)
+            return
+
+        def answered(answer) -> None:
+            if isinstance(answer, BaseException):
+                conn.send(self._reply(cmd, ResponseCode.SYSTEM_ERROR, str(answer)))
+                return
+            if on_answer is not None:
+                on_answer(answer)
+            fields = dict(answer.fields)
+            fields.update(DECORATION)
+            conn.send(replace(answer, opaque=cmd.opaque, ext_fields=fields))
+
+        link.call(cmd, timeout, answered)
 
     def _pull(self, conn, cmd: RemotingCommand, broker: str) -> Optional[RemotingCommand]:
         fields = cmd.fields
