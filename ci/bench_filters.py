@@ -78,8 +78,26 @@ def make_spark():
     return spark
 
 
+def cpu_seconds() -> Dict[str, float]:
+    """CPU seconds so far of this process (the embedded broker, Spark's Python driver side)
+    and of its descendants (Spark's JVM and its Python workers)."""
+    import psutil
+
+    me = psutil.Process()
+    spark = 0.0
+    for child in me.children(recursive=True):
+        try:
+            t = child.cpu_times()
+            spark += t.user + t.system
+        except psutil.Error:
+            pass
+    t = me.cpu_times()
+    return {"broker_and_driver": t.user + t.system, "spark": spark}
+
+
 def timed_read(bench: Bench, options: Mapping[str, str]) -> Dict[str, float]:
-    """The Spark read into noop: the median wall time of ``--runs`` rounds, and its rows."""
+    """The Spark read into noop: the median wall time of ``--runs`` rounds, its rows, and the
+    CPU seconds per round of this process (mostly the broker) and of Spark's processes."""
     def load():
         reader = bench.spark.read.format("rocketmq") \
             .option("nameServer", bench.cluster.namesrv_addr).option("subscribe", TOPIC)
@@ -89,13 +107,18 @@ def timed_read(bench: Bench, options: Mapping[str, str]) -> Dict[str, float]:
 
     rows = load().count()
     times: List[float] = []
-    for _ in range(bench.args.runs + 1):  # the first is the warm-up
+    for run in range(bench.args.runs + 1):  # the first is the warm-up
+        if run == 1:
+            cpu_before = cpu_seconds()
         started = time.perf_counter()
         load().write.format("noop").mode("overwrite").save()
         times.append(time.perf_counter() - started)
+    cpu_after = cpu_seconds()
     seconds = statistics.median(times[1:])
+    cpu = {f"cpu_{k}_s": round((cpu_after[k] - cpu_before[k]) / bench.args.runs, 3)
+           for k in cpu_after}
     return {"seconds": round(seconds, 3), "rows": rows,
-            "rows_per_s": round(rows / seconds) if seconds else 0}
+            "rows_per_s": round(rows / seconds) if seconds else 0, **cpu}
 
 
 def transferred(bench: Bench, subscription: str = "*", expression_type: str = "TAG"
