@@ -293,3 +293,33 @@ def test_the_cli_serves_the_proxy_remoting_port():
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_a_read_waits_for_a_broker_that_left_the_proxy_and_came_back(proxied, unique_name):
+    """broker-b stops: the proxy no longer finds it (TOPIC_NOT_EXIST of the topic named after
+    it). A reader of its queue waits, as for a broker gone from the route, and reads on when
+    it is back."""
+    topic = unique_name("PxGone")
+    proxied.create_topic(topic, 1, brokers=["broker-b"])
+    proxied.append(topic, "broker-b", 0, [b"%d" % i for i in range(300)])
+    got = {}
+    with Admin(proxied.proxy_remoting_addr) as admin:
+        (mq,) = admin.queues(topic, refresh=True)
+        admin.address(mq)  # the route is known before the broker goes
+        proxied.broker("broker-b").stop()
+        try:
+            reader = QueueRangeReader(admin.brokers, admin.address, mq, 0, 300,
+                                      ReadSettings(consumer_group="px-gone", retry_backoff=0.05,
+                                                   retry_deadline=60.0))
+
+            def read():
+                got["offsets"] = [o for batch in reader for o in
+                                  batch.column("queue_offset").to_pylist()]
+
+            thread = threading.Thread(target=read, daemon=True)
+            thread.start()
+            wait_until(lambda: reader.retries >= 2, 20, "the reader to wait for broker-b")
+        finally:
+            proxied.broker("broker-b").start()
+        thread.join(60)
+    assert got["offsets"] == list(range(300))

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional, Set, Tuple
 
-from .errors import AuthError, ResponseError, RocketMQError
+from .errors import AuthError, ResponseError, RocketMQError, RouteNotFound
 from .protocol.codes import (
     PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND, ResponseCode,
 )
@@ -120,11 +120,21 @@ def _long(fields: Dict[str, str], key: str, default: int = 0) -> int:
     return int(value) if value not in (None, "") else default
 
 
+# A 5.x proxy resolves a request's broker through the route of the topic named after it; a
+# broker that left the name server is that topic's TOPIC_NOT_EXIST (MQClientException's text)
+_PROXY_NO_ROUTE = "DESC: No topic route info in name server for the topic: "
+
+
 def pull_result(response: RemotingCommand, request: str = "PULL_MESSAGE",
                 address: str = "") -> PullResult:
-    """Map a PULL_MESSAGE response to a :class:`PullResult`; other codes raise ResponseError."""
+    """Map a PULL_MESSAGE response to a :class:`PullResult`; other codes raise ResponseError
+    (RouteNotFound when a 5.x proxy no longer finds the queue's broker in its routes)."""
     status = _STATUS_BY_CODE.get(response.code)
     if status is None:
+        if response.code == ResponseCode.TOPIC_NOT_EXIST and _PROXY_NO_ROUTE in (
+                response.remark or ""):
+            broker = response.remark.split(_PROXY_NO_ROUTE, 1)[1].split("\n", 1)[0]
+            raise RouteNotFound(broker, response.remark, address)
         raise response_error(response, request, address)
     fields = response.fields
     try:
