@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from rocketmq_spark.client import Producer, QueueRangeReader, ReadSettings
+from rocketmq_spark.client import (
+    ClientConfig, Producer, QueueRangeReader, ReadSettings, make_tls_context,
+)
 from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.client.busy_brokers import BusyBrokers, busy_target
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
@@ -323,3 +325,21 @@ def test_a_read_waits_for_a_broker_that_left_the_proxy_and_came_back(proxied, un
             proxied.broker("broker-b").start()
         thread.join(60)
     assert got["offsets"] == list(range(300))
+
+
+def test_tls_to_the_proxy_and_from_it_to_the_brokers(embedded_cluster_factory, unique_name):
+    cluster = embedded_cluster_factory(brokers=2, tls="enforcing", proxy_remoting=True)
+    topic = unique_name("PxTls")
+    cluster.create_topic(topic, 1)
+    for b in cluster.brokers:
+        cluster.append(topic, b.name, 0, [b"%d" % i for i in range(50)])
+    config = ClientConfig(tls=make_tls_context(verify=False))
+    with Admin(cluster.proxy_remoting_addr, config=config) as admin:
+        queues = admin.queues(topic, refresh=True)
+        assert sum(admin.offsets("max", queues).values()) == 100
+        for mq in queues:
+            reader = QueueRangeReader(admin.brokers, admin.address, mq, 0, 50,
+                                      ReadSettings(consumer_group="px-tls"))
+            assert [o for batch in reader for o in
+                    batch.column("queue_offset").to_pylist()] == list(range(50))
+    assert cluster.proxy_remoting.forwarded >= 4
