@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -247,17 +248,28 @@ def test_a_group_member_registers_its_sql92_subscription(spark, sql_cluster, tmp
     query = df.writeStream.format("memory").queryName("sql_members") \
         .option("checkpointLocation", str(tmp_path / "cp")).start()
     try:
+        address = sql_cluster.broker("broker-a").addr
+
         def registered():
-            with RawClient(sql_cluster.broker("broker-a").addr) as raw:
+            with RawClient(address) as raw:
                 answer = raw.request(RequestCode.GET_CONSUMER_CONNECTION_LIST,
                                      {"consumerGroup": group})
             if answer.code != 0:
                 return None
-            return json.loads(answer.body)["subscriptionTable"].get(TOPIC)
-        sub = wait_until(registered, 60, "the group's subscription at the broker")
+            listed = json.loads(answer.body)
+            sub = listed["subscriptionTable"].get(TOPIC)
+            return sub and (sub, listed["connectionSet"][0]["clientId"])
+        sub, client_id = wait_until(registered, 60, "the group's subscription at the broker")
         assert sub["expressionType"] == "SQL92" and sub["subString"] == expression
         assert sub["tagsSet"] == [] and sub["codeSet"] == []
         assert sub["subVersion"] > 0
+        # what mqadmin consumerStatus shows: the member's own running info, through the broker
+        with Admin(sql_cluster.namesrv_addr) as admin:
+            text = admin.brokers.get_consumer_running_info(address, group, client_id).decode()
+        running = {s["topic"]: s for s in json.loads(
+            re.search(r'"subscriptionSet":(\[.*\])\}$', text).group(1))}
+        assert (running[TOPIC]["expressionType"], running[TOPIC]["subString"],
+                running[TOPIC]["tagsSet"]) == ("SQL92", expression, [])
         want = expected_keys(EXPRESSIONS["between_and"][1])
         wait_until(lambda: len(spark.sql("select keys from sql_members").collect()) >= len(want),
                    120, "the member's rows")

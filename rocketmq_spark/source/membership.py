@@ -278,7 +278,8 @@ class GroupMember:
             group=self.group, client_id=self.client_id, strategy=self.strategy,
             orderly=self.lock_queues, started_ms=self._started_ms,
             name_servers=self.admin.names.addresses, expression=self.expression, held=held,
-            committed=committed, locked_at_ms=locked_at_ms, topics=topics)
+            committed=committed, locked_at_ms=locked_at_ms, topics=topics,
+            expression_type=self.expression_type, sub_version=self.sub_version)
 
     # ------------------------------------------------------------------ rebalance
 

@@ -28,9 +28,10 @@ def _queue_entry(mq: MessageQueue, committed: int, locked_at_ms: int) -> str:
 def running_info_body(*, group: str, client_id: str, strategy: str, orderly: bool,
                       started_ms: int, name_servers: Iterable[str], expression: str,
                       held: List[MessageQueue], committed: Mapping[MessageQueue, int],
-                      locked_at_ms: Mapping[MessageQueue, int], topics: List[str]) -> bytes:
+                      locked_at_ms: Mapping[MessageQueue, int], topics: List[str],
+                      expression_type: str = "TAG", sub_version: int = 0) -> bytes:
     """The body of the answer. ``locked_at_ms``: when each locked queue's lock was last
-    granted (epoch ms); a queue not in it is not locked."""
+    granted (epoch ms); a queue not in it is not locked. A SQL92 subscription has no tags."""
     entries = [_queue_entry(mq, committed.get(mq, 0), locked_at_ms.get(mq, 0)) for mq in held]
     properties: Dict[str, str] = {
         "PROP_CONSUME_TYPE": "CONSUME_ACTIVELY", "PROP_CONSUMEORDERLY": str(orderly).lower(),
@@ -38,10 +39,11 @@ def running_info_body(*, group: str, client_id: str, strategy: str, orderly: boo
         "PROP_NAMESERVER_ADDR": ";".join(name_servers), "consumerGroup": group,
         "messageModel": "CLUSTERING", "allocateMessageQueueStrategy": strategy,
         "clientId": client_id}
-    tags = split_tags_expression(expression)
+    tags = split_tags_expression(expression) if expression_type == "TAG" else []
     codes = [java_string_hash(t) for t in tags]
-    subscriptions = [{"classFilterMode": False, "codeSet": codes, "expressionType": "TAG",
-                      "subString": expression or "*", "subVersion": 0, "tagsSet": tags,
+    subscriptions = [{"classFilterMode": False, "codeSet": codes,
+                      "expressionType": expression_type, "subString": expression or "*",
+                      "subVersion": sub_version, "tagsSet": tags,
                       "topic": topic} for topic in topics]
     return ('{"mqTable":{' + ",".join(entries) + '},"properties":' + _compact(properties)
             + ',"statusTable":{},"subscriptionSet":' + _compact(subscriptions)
