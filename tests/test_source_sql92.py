@@ -209,7 +209,7 @@ def test_filter_type_tag_keeps_the_tag_rules():
 # ------------------------------------------------------------------ the broker's refusal
 
 
-def test_a_broker_without_property_filtering_fails_the_read_at_once(spark):
+def test_a_broker_without_property_filtering_fails_the_read_at_once(spark, tmp_path):
     """PullMessageProcessor.java (4.9.8) answers SYSTEM_ERROR "The broker does not support
     consumer to filter message by SQL92" when enablePropertyFilter is false (its default),
     as the capture rocketmq-4.9.8-sql92 shows; that is never retried."""
@@ -226,6 +226,11 @@ def test_a_broker_without_property_filtering_fails_the_read_at_once(spark):
         assert "enablePropertyFilter=true" in str(info.value)
         # planning failed it (the driver's probe), not a task (which raises PythonException)
         assert isinstance(info.value, AnalysisException), type(info.value)
+        with pytest.raises(Exception) as info:  # a stream too, while planning its batch
+            run_available_now(spark, sql_read(spark, plain.namesrv_addr, "region = 'eu'",
+                                              stream=True), str(tmp_path / "cp"), timeout=60)
+        assert "enablePropertyFilter=true" in str(info.value)
+        assert "planPartitions" in str(info.value)
         assert time.monotonic() - started < 30  # not the 60 s of retries a busy broker gets
         with Admin(plain.namesrv_addr) as admin:
             reader = QueueRangeReader(
