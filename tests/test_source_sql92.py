@@ -152,27 +152,27 @@ def test_available_now_stream_selects_what_the_java_rules_select(spark, sql_clus
 
 
 def test_filter_gaps_are_not_data_loss(sql_cluster):
-    """A range where nothing matches ends, with failOnDataLoss on, and nothing counted lost;
-    on both pull loops (the reader's counters hold the gaps apart from loss)."""
-    expression = "region = 'nowhere'"
+    """Ranges where nothing matches end (one NO_MATCHED_MSG answer after another), with
+    failOnDataLoss on and nothing counted lost; where a few match, the gaps are the offsets
+    between them. On both pull loops (the reader counts gaps apart from loss)."""
+    topic = "SqlGaps"
+    sql_cluster.create_topic(topic, queues=1)
+    for region in ("us", "eu", "us", "eu", "us"):  # 2,500 'us', 2 'eu' at 1000 and 2001
+        sql_cluster.append(topic, "broker-a", 0, [b"g"] * (1000 if region == "us" else 1),
+                           properties={"region": region})
+    mq, end = MessageQueue(topic, "broker-a", 0), sql_cluster.max_offset(topic, "broker-a", 0)
     with Admin(sql_cluster.namesrv_addr) as admin:
-        mq = MessageQueue(TOPIC, "broker-a", 0)
-        end = sql_cluster.max_offset(TOPIC, "broker-a", 0)
         for native in (True, False):
-            settings = ReadSettings(consumer_group="SqlGaps", subscription=expression,
-                                    expression_type="SQL92", sub_version=1, native=native,
-                                    fail_on_data_loss=True, retry_deadline=5.0)
-            reader = QueueRangeReader(admin.brokers, admin.address, mq, 0, end, settings)
-            assert sum(b.num_rows for b in reader) == 0
-            assert reader.lost_ranges == [] and reader.filter_skipped == end
-            # and where some match, the gaps are the offsets between them
-            rule = EXPRESSIONS["between_and"]
-            settings = ReadSettings(consumer_group="SqlGaps", subscription=rule[0],
-                                    expression_type="SQL92", sub_version=1, native=native)
-            reader = QueueRangeReader(admin.brokers, admin.address, mq, 0, end, settings)
-            rows = sum(b.num_rows for b in reader)
-            assert rows > 0 and reader.lost_ranges == []
-            assert reader.filter_skipped == end - rows
+            for expression, matches in (("region = 'nowhere'", []),
+                                        ("region = 'eu'", [1000, 2001])):
+                settings = ReadSettings(consumer_group="SqlGaps", subscription=expression,
+                                        expression_type="SQL92", sub_version=1, native=native,
+                                        fail_on_data_loss=True, retry_deadline=5.0)
+                reader = QueueRangeReader(admin.brokers, admin.address, mq, 0, end, settings)
+                offsets = [o for b in reader for o in b.column("queue_offset").to_pylist()]
+                assert offsets == matches and reader.lost_ranges == []
+                assert reader.filter_skipped == end - len(matches)
+                assert reader.pulls >= 3  # the broker scans a window per pull, not the queue
 
 
 # ------------------------------------------------------------------ bad expressions
