@@ -115,7 +115,8 @@ def _one_row(pos: int) -> pa.RecordBatch:
     values = {"topic": "BenchOneRow", "brokerName": "broker-a", "queueId": 0,
               "queueOffset": pos, "body": b"x" * 100, "tags": None, "keys": str(pos),
               "msgId": "0" * 32, "bornTimestamp": 0, "storeTimestamp": 0,
-              "bornHost": "127.0.0.1:1", "storeHost": "127.0.0.1:2", "reconsumeTimes": 0}
+              "bornHost": "127.0.0.1:1", "storeHost": "127.0.0.1:2", "reconsumeTimes": 0,
+              "commitLogOffset": pos}
     schema = arrow_schema()
     return pa.RecordBatch.from_arrays([pa.array([values[f.name]], f.type) for f in schema],
                                       schema=schema)
@@ -181,6 +182,7 @@ class _FileStreamReader(DataSourceStreamReader):
             "bornHost": pa.array(["127.0.0.1:1"] * n, pa.string()),
             "storeHost": pa.array(["127.0.0.1:2"] * n, pa.string()),
             "reconsumeTimes": pa.array([0] * n, pa.int32()),
+            "commitLogOffset": pa.array(range(first, first + n), pa.int64()),
         }
         yield pa.RecordBatch.from_arrays([values[f.name] for f in schema], schema=schema)
 

@@ -265,7 +265,7 @@ def jvm_df(spark, rows: int, partitions: int, size: int):
         "bornTimestamp": F.timestamp_millis(F.lit(now_ms)),
         "storeTimestamp": F.timestamp_millis(F.lit(now_ms)),
         "bornHost": F.lit("127.0.0.1:40000"), "storeHost": F.lit("127.0.0.1:10911"),
-        "reconsumeTimes": F.lit(0),
+        "reconsumeTimes": F.lit(0), "commitLogOffset": F.col("id"),
     }
     schema = spark_schema()
     df = spark.range(0, rows, 1, partitions).select(

@@ -49,7 +49,7 @@ def expected_rows(body: bytes, broker: str, include_properties: bool):
             "bornTimestamp": EPOCH + dt.timedelta(milliseconds=m.born_timestamp),
             "storeTimestamp": EPOCH + dt.timedelta(milliseconds=m.store_timestamp),
             "bornHost": m.born_host, "storeHost": m.store_host,
-            "reconsumeTimes": m.reconsume_times,
+            "reconsumeTimes": m.reconsume_times, "commitLogOffset": m.physical_offset,
         }
         if include_properties:
             # Arrow maps come back as (key, value) lists; dict order = first-occurrence order.
@@ -77,7 +77,8 @@ def test_arrow_schema_is_pysparks_own_conversion(include_properties):
 
 def test_spark_schema_names_and_order():
     names = ["topic", "brokerName", "queueId", "queueOffset", "body", "tags", "keys", "msgId",
-             "bornTimestamp", "storeTimestamp", "bornHost", "storeHost", "reconsumeTimes"]
+             "bornTimestamp", "storeTimestamp", "bornHost", "storeHost", "reconsumeTimes",
+             "commitLogOffset"]
     assert spark_schema().fieldNames() == names
     assert spark_schema(True).fieldNames() == names + ["properties"]
     assert all(f.nullable for f in spark_schema(True).fields)

@@ -31,7 +31,8 @@ def test_batch_read_defaults_to_earliest_through_latest(spark, cluster, topic):
     assert ids_of(df.select("keys").collect()) == list(range(1000))
     assert [f.name for f in df.schema.fields] == [
         "topic", "brokerName", "queueId", "queueOffset", "body", "tags", "keys", "msgId",
-        "bornTimestamp", "storeTimestamp", "bornHost", "storeHost", "reconsumeTimes"]
+        "bornTimestamp", "storeTimestamp", "bornHost", "storeHost", "reconsumeTimes",
+        "commitLogOffset"]
 
 
 def test_ending_offsets_and_ending_timestamp(spark, cluster, topic):

@@ -20,6 +20,9 @@ _COLUMNS = (
     ("bornHost", StringType(), "born_host"),
     ("storeHost", StringType(), "store_host"),
     ("reconsumeTimes", IntegerType(), "reconsume_times"),
+    # the message's place in its broker's commit log (Java's MessageExt.commitLogOffset):
+    # what CONSUMER_SEND_MSG_BACK names a message by, for the sink's sendBack
+    ("commitLogOffset", LongType(), "physical_offset"),
 )
 PROPERTIES = "properties"
 
