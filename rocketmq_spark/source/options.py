@@ -354,8 +354,10 @@ def _sql92_expression(value: str) -> str:
                           f"(position {exc.position}): {exc.reason}\n{caret}") from None
     if parsed.uses_string_match_operators:
         log.warning("option filter %r uses CONTAINS, STARTSWITH or ENDSWITH, which brokers "
-                    "before %s do not know (such a broker takes the expression as '*' and "
-                    "sends every message)", expression, parsed.minimum_broker_version)
+                    "before %s do not know: such a broker reads the words as property names and "
+                    "stops parsing there, so it selects other messages than meant (none, "
+                    "every one, or those of a shorter expression)", expression,
+                    parsed.minimum_broker_version)
     return expression
 
 
