@@ -47,8 +47,20 @@ def subscribed_queues(admin: Admin, topics: Iterable[str]) -> Dict[str, List[Mes
     return out
 
 
+def broker_nodes(admin: Admin, topics: Iterable[str]) -> Dict[str, List[str]]:
+    """broker name -> the addresses of its nodes, master first then slaves by id, over the
+    routes of ``topics`` (cached by the admin)."""
+    nodes: Dict[str, List[str]] = {}
+    for topic in topics:
+        for broker in admin.names.route(topic).broker_datas:
+            if broker.broker_addrs:
+                nodes[broker.broker_name] = [address for _, address in broker.nodes()]
+    return nodes
+
+
 def master_addresses(admin: Admin, topics: Iterable[str]) -> Dict[str, str]:
-    """broker name -> master address, over the routes of ``topics`` (cached by the admin)."""
+    """broker name -> master address, over the routes of ``topics`` (cached by the admin):
+    where queue locks are taken (a broker whose master is down has no entry)."""
     addresses: Dict[str, str] = {}
     for topic in topics:
         for broker in admin.names.route(topic).broker_datas:
@@ -64,15 +76,18 @@ def member_subscriptions(group: str, topics: Iterable[str], expression: str,
     consumers announce it (the broker keeps one subscription table per group, and a member
     announcing another topic set makes it flap). ``group`` is the name on the wire (with its
     namespace), so the retry topic is ``%RETRY%<namespace>%<group>`` as Java's is."""
+    retry = RETRY_PREFIX + group
     subscriptions = [Subscription(t, expression, expression_type, sub_version)
-                     for t in sorted(topics)]
-    subscriptions.append(Subscription(RETRY_PREFIX + group))
+                     for t in sorted(topics) if t != retry]
+    subscriptions.append(Subscription(retry))
     return subscriptions
 
 
 def heartbeat(admin: Admin, addresses: Iterable[str], group: str,
               subscriptions: List[Subscription]) -> None:
-    """HEART_BEAT to every broker of ``addresses``; a broker that fails is logged."""
+    """HEART_BEAT to every node of ``addresses`` (slaves too, as Java's consumers do: a slave
+    that serves the group while its master is down knows its members); a node that fails is
+    logged."""
     for address in sorted(set(addresses)):
         try:
             admin.brokers.heart_beat(address, group, subscriptions,
@@ -82,8 +97,9 @@ def heartbeat(admin: Admin, addresses: Iterable[str], group: str,
 
 
 def list_members(admin: Admin, addresses: List[str], group: str) -> Optional[List[str]]:
-    """The group's client ids from the first broker that answers (as the Java client asks
-    one broker of the topic); None when none answers (the last allocation then stands)."""
+    """The group's client ids from the first node that answers (as the Java client asks one
+    broker of the topic, its master else a slave); None when none answers (the last
+    allocation then stands)."""
     for address in addresses:
         try:
             return admin.brokers.get_consumer_list_by_group(address, group)

@@ -39,13 +39,14 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tupl
 from ..client.admin import Admin
 from ..client.config import ClientConfig
 from ..client.errors import RocketMQError
+from ..client.namespace import RETRY_PREFIX
 from ..client.protocol.codes import RequestCode, ResponseCode
 from ..client.protocol.frame import RemotingCommand
 from ..client.protocol.route import MessageQueue
 from ..client.remoting import RemotingClient
 from .allocation import allocate
 from .group_requests import (
-    heartbeat, list_members, lock_queues, master_addresses, member_client_id,
+    broker_nodes, heartbeat, list_members, lock_queues, master_addresses, member_client_id,
     member_subscriptions, subscribed_queues, unlock_queues,
 )
 from .joining import StartPositions, joining_positions
@@ -91,6 +92,8 @@ class GroupMember:
         self.client_id = config.client_id
         self._topics = topics
         self._start_positions = start_positions
+        self.retry_topic = RETRY_PREFIX + group  # read when ``topics`` lists it
+        self._unread_retry: List[MessageQueue] = []  # the retry share last warned about
         self.strategy = strategy
         self.virtual_nodes = virtual_nodes
         self.rooms = tuple(rooms)
@@ -114,6 +117,7 @@ class GroupMember:
         self.wanted: Set[MessageQueue] = set()
         self.lock_ok: Dict[MessageQueue, float] = {}
         self.addresses: Dict[str, str] = {}
+        self.node_addresses: List[str] = []  # every node heartbeated (masters and slaves)
         self.notifications = 0
         self._notified = False
         self._next_lock_retry = 0.0
@@ -164,7 +168,7 @@ class GroupMember:
         with self._lock:
             completed = {mq: p for mq, p in self._completed.items() if mq in self.held}
             locked = set(self.lock_ok) | (self.held if self.lock_queues else set())
-            addresses = sorted(set(self.addresses.values()))
+            addresses = sorted(set(self.addresses.values()) | set(self.node_addresses))
         # Commit and unlock on connections of their own: a SIGTERM may have interrupted the
         # main thread while it was reading one of ours, and nothing reads it meanwhile.
         if completed or (self.lock_queues and locked):
@@ -242,7 +246,7 @@ class GroupMember:
     def _poll(self) -> None:
         """Read what the brokers sent on our connections (notifications, running-info asks),
         and notice a connection the broker closed: the member must heartbeat again."""
-        for address in sorted(set(self.addresses.values())):
+        for address in sorted(set(self.addresses.values()) | set(self.node_addresses)):
             conn = self.admin.remoting.existing_connection(address)
             if conn is not None and not conn.poll():
                 with self._lock:
@@ -289,20 +293,30 @@ class GroupMember:
         with self._lock:
             self._notified = False
         topics = self._topics()
-        by_topic = subscribed_queues(self.admin, topics)
-        addresses = master_addresses(self.admin, by_topic)
-        heartbeat(self.admin, addresses.values(), self.group,
+        by_topic = subscribed_queues(self.admin, [*topics, self.retry_topic])
+        addresses = master_addresses(self.admin, by_topic)  # locks are the masters'
+        nodes = broker_nodes(self.admin, by_topic)
+        every = sorted({a for addrs in nodes.values() for a in addrs})
+        heartbeat(self.admin, every, self.group,
                   member_subscriptions(self.group, by_topic, self.expression,
                                        self.expression_type, self.sub_version))
-        members = list_members(self.admin, sorted(set(addresses.values())), self.group)
+        if self.retry_topic not in by_topic:  # a broker creates it on the group's heartbeat
+            by_topic.update(subscribed_queues(self.admin, [self.retry_topic]))
+        # masters first, then the slaves (a broker whose master is down still answers there)
+        members = list_members(self.admin, sorted(set(addresses.values())) + sorted(
+            set(every) - set(addresses.values())), self.group)
         with self._lock:
             self.addresses = addresses
+            self.node_addresses = every
             if members is not None:
                 if self.client_id not in members:
                     log.warning("the brokers do not list %s in group %s yet (members: %s)",
                                 self.client_id, self.group, members)
-                wanted = set(allocate(self.strategy, [q for qs in by_topic.values() for q in qs],
-                                      members, self.client_id, self.virtual_nodes, self.rooms))
+                share = set(allocate(self.strategy, [q for qs in by_topic.values() for q in qs],
+                                     members, self.client_id, self.virtual_nodes, self.rooms))
+                read = set(topics)
+                wanted = {mq for mq in share if mq.topic in read}
+                self._warn_unread_retry(share - wanted)
                 if wanted != self.wanted or members != self.members:
                     log.info("group %s: %d member(s); %s now reads %d of %d queue(s)",
                              self.group, len(members), self.client_id, len(wanted),
@@ -310,6 +324,35 @@ class GroupMember:
                 self.members, self.wanted = members, wanted
         if self.lock_queues:
             self._take_locks(renew=True)
+
+    def _warn_unread_retry(self, unread: Set[MessageQueue]) -> None:
+        """The member's share of the group's retry queues, when its topics leave them out
+        (``consumeRetryTopic=false``): no other member reads them either, so say so each time
+        the share changes."""
+        queues = sorted(unread)
+        if queues and queues != self._unread_retry:
+            log.warning("consumeRetryTopic=false: %d retry queue(s) of group %s fall to %s and "
+                        "are not read (%s); the messages members of the group send back there "
+                        "are consumed by no member", len(queues), self.group, self.client_id,
+                        ", ".join(mq.key for mq in queues[:5]))
+        self._unread_retry = queues
+
+    def _entry_positions(self, queues: List[MessageQueue], first: bool
+                         ) -> Dict[MessageQueue, int]:
+        """Where queues with no committed offset start: the retry topic's at their first
+        message (Java's push consumer starts them at 0, RebalancePushImpl.
+        computePullFromWhere), so nothing sent back before this member joined is skipped;
+        the others where the query's start positions say."""
+        retry = [mq for mq in queues if mq.topic == self.retry_topic]
+        rest = [mq for mq in queues if mq.topic != self.retry_topic]
+        out = self._start_positions(rest, first) if rest else {}
+        if retry:
+            lows = self.admin.offsets("min", retry)
+            failed = sorted(mq.key for mq, v in lows.items() if not isinstance(v, int))
+            if failed:
+                raise RocketMQError(f"cannot read the min offsets of {', '.join(failed)}")
+            out.update(lows)
+        return out
 
     def _take_locks(self, renew: bool) -> None:
         """LOCK_BATCH_MQ for the queues we want (and, with ``renew``, those we hold), one
@@ -377,6 +420,8 @@ class GroupMember:
             valid = {mq for mq in wanted | self.held if self._lock_valid(mq, now)}
         leaving = {mq for mq in self.held if mq not in wanted or mq not in valid}
         lost = {mq for mq in leaving if mq not in valid}  # another member may hold it now
+        with self._lock:  # unless its master is down: locks are the master's, no one has it
+            lost = {mq for mq in lost if mq.broker_name in self.addresses}
         handed = {mq: start[mq] for mq in leaving - lost if mq in start}
         self._commit({mq: p for mq, p in start.items() if mq in self.held and mq not in lost})
         if leaving:
@@ -396,7 +441,7 @@ class GroupMember:
         entering: Dict[MessageQueue, int] = {}
         if joining:
             read_on, entering = joining_positions(self.admin, self.group, joining, start,
-                                                  self._start_positions, first)
+                                                  self._entry_positions, first)
             kept.update(read_on)
             with self._lock:
                 self.held |= set(kept) | set(entering)

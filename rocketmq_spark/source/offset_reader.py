@@ -15,9 +15,11 @@ from typing import Dict, Iterable, List, Optional, Set
 
 from ..client.admin import Admin
 from ..client.errors import AuthError, RocketMQError, RouteNotFound
-from ..client.namespace import unwrap
+from ..client.namespace import DLQ_PREFIX, unwrap
+from ..client.protocol.codes import PERM_READ
 from ..client.protocol.route import MessageQueue
 from ..client.pull import PullRequest, PullStatus
+from ..client.reader import TopicNotReadable
 from .namespacing import pattern_topics
 from .options import EARLIEST, LATEST, Bound, OptionError, SourceOptions
 
@@ -32,8 +34,9 @@ SYSTEM_TOPICS = re.compile(r"^(%RETRY%|%DLQ%|%SYS%|rmq_sys_|RMQ_SYS_|SCHEDULE_TO
 
 @dataclass
 class Discovery:
-    """The queues readable now, the masters' addresses, and the brokers registered with the
-    name servers (to tell a stopped broker from a queue that was removed)."""
+    """The queues readable now, the address serving each broker (its master, else a slave: a
+    task pulls there first), and the brokers registered with the name servers (to tell a
+    stopped broker from a queue that was removed)."""
 
     queues: List[MessageQueue]
     addresses: Dict[str, str] = field(default_factory=dict)
@@ -58,6 +61,10 @@ class OffsetReader:
         self._max_at = 0.0
         self._max_took = 0.0
         self._unrouted: Set[str] = set()  # topics already warned about (once each)
+        # the highest max offset seen of each queue, and the queues waiting for a slave that
+        # trails it (see max_offsets)
+        self._highest: Dict[MessageQueue, int] = {}
+        self._trailing: Set[MessageQueue] = set()
 
     # ------------------------------------------------------------------ queues
 
@@ -65,16 +72,20 @@ class OffsetReader:
         """The subscribed topics' wire names (a pattern matches names within the namespace,
         without it)."""
         o = self.options
-        if o.topics:
-            return list(o.topics)
         if o.assigned:
             return sorted({mq.topic for mq in o.assigned})
-        cluster = self.admin.names.cluster_info()
-        reserved = set(cluster.cluster_addr_table) | set(cluster.broker_addr_table)
-        return [t for t in pattern_topics(self.admin.names.topic_list(), o.topic_pattern,
-                                          o.namespace)
-                if not SYSTEM_TOPICS.match(unwrap(t, o.namespace)) and not SYSTEM_TOPICS.match(t)
-                and t not in reserved]
+        if o.topics:
+            named = list(o.topics)
+        else:
+            cluster = self.admin.names.cluster_info()
+            reserved = set(cluster.cluster_addr_table) | set(cluster.broker_addr_table)
+            named = [t for t in pattern_topics(self.admin.names.topic_list(), o.topic_pattern,
+                                               o.namespace)
+                     if not SYSTEM_TOPICS.match(unwrap(t, o.namespace))
+                     and not SYSTEM_TOPICS.match(t) and t not in reserved]
+        if o.reads_retry_topic and o.retry_topic not in named:
+            named.append(o.retry_topic)  # a group member's share of it (see .membership)
+        return named
 
     def expire_discovery(self) -> None:
         """Let the next :meth:`discover` look the routes up again (as when they went stale)."""
@@ -96,16 +107,22 @@ class OffsetReader:
             except RouteNotFound:
                 if topic not in self._unrouted:
                     self._unrouted.add(topic)
+                    if topic == self.options.retry_topic and self.options.reads_retry_topic:
+                        log.info("the retry topic %s has no route yet (no broker has had a "
+                                 "heartbeat of the group): read once it has", topic)
+                        continue
                     log.warning("topic %s has no route on the name servers %s: it does not "
                                 "exist, or no broker serves it. Nothing is read from it until "
                                 "it appears (a stream then reads it from its first message)",
                                 topic, ";".join(self.admin.names.addresses))
                 continue
             self._unrouted.discard(topic)
+            check_readable(route, topic, self.admin.names.addresses)
             queues.extend(route.readable_queues(topic))
             for broker in route.broker_datas:
-                if broker.master_addr:
-                    addresses[broker.broker_name] = broker.master_addr
+                nodes = broker.nodes()
+                if nodes:  # the master, else the first slave
+                    addresses[broker.broker_name] = nodes[0][1]
         if self.options.assigned:
             wanted = set(self.options.assigned)
             queues = [mq for mq in queues if mq in wanted]
@@ -125,12 +142,35 @@ class OffsetReader:
                 ) -> Dict[MessageQueue, Optional[int]]:
         """Offsets by queue; a queue whose broker fails maps to no entry (and is logged)."""
         out: Dict[MessageQueue, Optional[int]] = {}
-        for mq, result in self.admin.offsets(kind, list(queues), **kw).items():
+        for mq, (result, node) in self.admin.offsets_by_node(kind, list(queues), **kw).items():
             if isinstance(result, RocketMQError):
                 log.warning("%s offset of %s unavailable: %s", kind, mq.key, result)
                 continue
+            if kind == "max" and not self._plannable_max(mq, result, node):
+                continue
             out[mq] = result
         return out
+
+    def _plannable_max(self, mq: MessageQueue, offset: int, node: int) -> bool:
+        """Whether a max offset may be planned to. A slave serves only what it has, so a
+        range planned from its max is exact; but a slave that trails the max its master
+        reported earlier (asynchronous replication) would look like a truncated queue, which
+        is data loss. Such a queue makes no progress (as one whose broker is down) until the
+        slave catches up or the master is back: the messages in between are on the master."""
+        highest = self._highest.get(mq, -1)
+        if node <= 0 or offset >= highest:  # the master's word stands, even going back
+            self._highest[mq] = offset
+            if mq in self._trailing:
+                self._trailing.discard(mq)
+                log.warning("%s: planned again from its max offset %d", mq.key, offset)
+            return True
+        if mq not in self._trailing:
+            self._trailing.add(mq)
+            log.warning("%s: the slave (brokerId %d) serving it while its master is away has "
+                        "max offset %d, below the %d seen before; the queue waits for the "
+                        "slave to catch up or the master to return", mq.key, node, offset,
+                        highest)
+        return False
 
     def max_offsets(self, queues: Iterable[MessageQueue], fresh: bool = False
                     ) -> Dict[MessageQueue, int]:
@@ -213,7 +253,7 @@ class OffsetReader:
         Brokers before 5.1.1 answer with the *nearest* entry, which can sit on either side of
         the answer; the broker's offset is a starting guess, checked against the store times
         of the messages around it."""
-        address = self.admin.master_address(mq)
+        _, address = self.admin.lookup_address(mq)  # the master, else a slave
         brokers = self.admin.brokers
         low = brokers.get_min_offset(address, mq)
         high = brokers.get_max_offset(address, mq)
@@ -253,6 +293,23 @@ class OffsetReader:
                 return newer[0]
             guess = window[-1][0] + 1
         return guess
+
+
+def check_readable(route, topic: str, name_servers: Iterable[str]) -> None:
+    """A dead-letter topic some of whose brokers forbid reads fails the read, saying how to
+    grant it: a 4.x broker creates ``%DLQ%<group>`` write-only (perm 2), which would otherwise
+    read as an empty topic, forever in a stream. (Other topics may be made write-only on
+    purpose, to pause their consumers: those are read again once readable.)"""
+    if not topic.startswith(DLQ_PREFIX):
+        return
+    closed = sorted({q.broker_name for q in route.queue_datas if not q.perm & PERM_READ})
+    if not closed:
+        return
+    clusters = sorted({b.cluster for b in route.broker_datas
+                       if b.broker_name in closed and b.cluster}) or ["<cluster>"]
+    perms = sorted({q.perm for q in route.queue_datas if not q.perm & PERM_READ})
+    raise TopicNotReadable.for_topic(topic, brokers=closed, perm=perms[0], cluster=clusters[0],
+                                     name_servers=";".join(name_servers))
 
 
 def _check_queues(option: str, bound: Bound, queues: List[MessageQueue]) -> None:

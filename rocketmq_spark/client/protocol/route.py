@@ -60,6 +60,12 @@ class BrokerData:
     def master_addr(self) -> Optional[str]:
         return self.broker_addrs.get(MASTER_ID)
 
+    def nodes(self) -> List[Tuple[int, str]]:
+        """Every node of this broker as ``(brokerId, address)``: the master (id 0) first, then
+        the slaves by id. Any of them serves reads and offset lookups; only the master takes
+        sends and queue locks."""
+        return sorted(self.broker_addrs.items())
+
     def select_addr(self, broker_id: int = MASTER_ID) -> Optional[str]:
         """Java's choice: the suggested id, else the next id, else any address of this broker."""
         addr = self.broker_addrs.get(broker_id)
