@@ -35,6 +35,7 @@ from .property_filter import CHECK_CLIENT_CONFIG, check_client_config
 from .pull import handle_pull
 from .schedule import ScheduleService
 from .send import SYSTEM_TOPICS, handle_send, validate_topic
+from .send_back import CONSUMER_SEND_MSG_BACK, handle_send_back
 from .server import RemotingServer, ServerConnection
 from .store import BrokerStore, TopicConfig
 from .tls import TlsSettings
@@ -91,6 +92,7 @@ class Broker:
             RequestCode.GET_EARLIEST_MSG_STORETIME: self._get_earliest_time,
             **self.consumer_admin.handlers(),
             END_TRANSACTION: self.end_transaction.handle,
+            CONSUMER_SEND_MSG_BACK: lambda c, r: handle_send_back(self.context, c, r),
             CHECK_CLIENT_CONFIG: lambda c, r: check_client_config(
                 options.enable_property_filter, r, options.version),
         }

@@ -13,6 +13,7 @@ from typing import Callable, Dict, Iterable, List, Optional
 
 from ..client.protocol.properties import java_string_hash, split_tags_expression
 from .property_filter import ConsumerFilters
+from .subscription_groups import SubscriptionGroups
 
 CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY", "CONSUME_POP")
 MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
@@ -135,6 +136,7 @@ class ClientRegistry:
         self.consumers: Dict[str, ConsumerGroupInfo] = {}
         self.producers: Dict[str, Dict[object, ChannelInfo]] = {}
         self.filters = ConsumerFilters()
+        self.subscription_groups = SubscriptionGroups()  # retry settings per group
 
     def _notify_group(self, group: str) -> None:
         info = self.consumers.get(group)

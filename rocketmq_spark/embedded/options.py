@@ -71,6 +71,10 @@ class ServerOptions:
     * ``enable_property_filter``: serve pulls whose subscription is an SQL92 expression over
       message properties (enablePropertyFilter, off by default as on a genuine broker, which
       then refuses them with SYSTEM_ERROR; :mod:`.property_filter`).
+    * ``auto_create_subscription_group`` / ``retry_max_times``: a consumer group the broker
+      has not seen is created on first use (autoCreateSubscriptionGroup) with this
+      ``retryMaxTimes`` (16): a message sent back more often goes to ``%DLQ%<group>``
+      (:mod:`.send_back`); tests lower it.
     """
 
     cluster_name: str = "DefaultCluster"
@@ -93,6 +97,8 @@ class ServerOptions:
     transaction_check_max: int = 15
     broker_fast_failure: bool = True
     enable_property_filter: bool = False
+    auto_create_subscription_group: bool = True
+    retry_max_times: int = 16
     send_queue_capacity: int = 10_000
     wait_ms_in_send_queue: int = 200
     pull_queue_capacity: int = 100_000
@@ -129,7 +135,11 @@ class ServerOptions:
             if value.__class__ is not int or value < least:
                 raise ValueError(f"{name} must be a whole number of at least {least}"
                                  f"{' ms' if least == 0 else ''}, got {value!r}")
-        for name in ("broker_fast_failure", "enable_property_filter"):
+        if self.retry_max_times.__class__ is not int or self.retry_max_times < 0:
+            raise ValueError(f"retry_max_times must be a whole number of at least 0, got "
+                             f"{self.retry_max_times!r}")
+        for name in ("broker_fast_failure", "enable_property_filter",
+                     "auto_create_subscription_group"):
             if getattr(self, name).__class__ is not bool:
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
 

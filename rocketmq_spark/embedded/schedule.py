@@ -44,17 +44,19 @@ def delay_level(properties: Optional[str]) -> int:
     return int(value) if value.strip().lstrip("-").isdigit() else 0
 
 
-def schedule_target(properties: Optional[str], topic: str, queue_id: int, cluster: str,
-                    max_level: int) -> Optional[Tuple[str, int, str]]:
+def schedule_target(properties: Optional[str], topic: str, queue_id: int,
+                    cluster: Optional[str], max_level: int) -> Optional[Tuple[str, int, str]]:
     """Where a single message with a delay is stored: (SCHEDULE_TOPIC_XXXX, level - 1, its
-    properties text); None when it has no delay."""
+    properties text); None when it has no delay. ``cluster`` is the CLUSTER property a send
+    adds (None: a sent-back message, which keeps its own)."""
     level = delay_level(properties)
     if level <= 0:
         return None
     level = min(level, max_level)
     props = decode_properties(properties or "")
     props[DELAY] = str(level)
-    props[CLUSTER] = cluster
+    if cluster is not None:
+        props[CLUSTER] = cluster
     props[REAL_TOPIC] = topic
     props[REAL_QID] = str(queue_id)
     text = encode_properties({k: props[k] for k in java_hashmap_order(props)},
