@@ -50,7 +50,10 @@ from . import native_pull
 from .backpressure import DEFAULT_BUSY_TIMEOUT, busy_remark, is_busy
 from .broker import BrokerClient
 from .busy_brokers import BUSY_BROKERS, BrokerBusyError, BusyBrokers, busy_target
-from .errors import DataLossError, MessageDecodeError, RocketMQError, RouteNotFound
+from .errors import (
+    DataLossError, MessageDecodeError, ResponseError, RocketMQError, RouteNotFound,
+)
+from .protocol.codes import ResponseCode
 from .protocol.pull_decode import decode_columns
 from .protocol.message import MIN_RECORD_SIZE
 from .protocol.properties import split_tags_expression
@@ -92,6 +95,35 @@ class ReadSettings:
 
 # The source option that sets ``busy_timeout`` (named in the error when it runs out).
 BUSY_TIMEOUT_OPTION = "brokerBusyTimeoutMs"
+# A broker's remark when the topic's perm forbids reads (PullMessageProcessor), as opposed to
+# an ACL refusal of the client's credentials, which is worded otherwise.
+_PULL_FORBIDDEN = "pulling message is forbidden"
+
+
+class TopicNotReadable(RocketMQError):
+    """A topic whose perm forbids reads on some broker (perm 2, write only), e.g. the
+    dead-letter topic an older broker creates (4.9.8 and 5.x create it readable, perm 6):
+    says how to grant reads."""
+
+    @classmethod
+    def for_topic(cls, topic: str, brokers: List[str], perm: int, cluster: str = "<cluster>",
+                  name_servers: str = "<nameserver>") -> "TopicNotReadable":
+        dead = topic.startswith("%DLQ%")
+        return cls(
+            f"topic {topic} cannot be read: its perm on {', '.join(brokers)} is {perm} "
+            "(no read permission"
+            + ("; older brokers create dead-letter topics write-only" if dead
+               else "")
+            + f"). Grant reads, then run the query again: mqadmin updateTopicPerm -n "
+            f"{name_servers} -c {cluster} -t {topic} -p 6")
+
+
+def _refused_read(exc: RocketMQError, queue: MessageQueue) -> Optional[TopicNotReadable]:
+    """The broker's refusal of a pull because the topic is not readable, told as such."""
+    if isinstance(exc, ResponseError) and exc.code == ResponseCode.NO_PERMISSION \
+            and _PULL_FORBIDDEN in exc.remark:
+        return TopicNotReadable.for_topic(queue.topic, [queue.broker_name], 2)
+    return None
 
 
 class QueueRangeReader:
@@ -193,6 +225,9 @@ class QueueRangeReader:
                     # The driver saw this queue when it planned the range: a route that lost
                     # it means its broker is down for now, which is worth waiting for.
                     if not (is_transient(exc) or isinstance(exc, RouteNotFound)):
+                        refused = _refused_read(exc, self.queue)
+                        if refused is not None:
+                            raise refused from None
                         raise
                     self._retry(exc, offset, pulls)
                     continue

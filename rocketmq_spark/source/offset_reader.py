@@ -297,9 +297,10 @@ class OffsetReader:
 
 def check_readable(route, topic: str, name_servers: Iterable[str]) -> None:
     """A dead-letter topic some of whose brokers forbid reads fails the read, saying how to
-    grant it: a 4.x broker creates ``%DLQ%<group>`` write-only (perm 2), which would otherwise
-    read as an empty topic, forever in a stream. (Other topics may be made write-only on
-    purpose, to pause their consumers: those are read again once readable.)"""
+    grant it: older brokers create ``%DLQ%<group>`` write-only (perm 2; 4.9.8 makes it 6),
+    which would otherwise read as an empty topic, forever in a stream. (Other topics may be
+    made write-only on purpose, to pause their consumers: those are read again once
+    readable.)"""
     if not topic.startswith(DLQ_PREFIX):
         return
     closed = sorted({q.broker_name for q in route.queue_datas if not q.perm & PERM_READ})

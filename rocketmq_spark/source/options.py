@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ..client.acl import Credentials
+from ..client.namespace import RETRY_PREFIX
 from ..client.protocol.properties import split_tags_expression
 from ..client.protocol.route import MessageQueue
 from ..options import (
@@ -87,11 +88,23 @@ class SourceOptions:
     lock_queues: bool = False
     member_name: Optional[str] = None
     rebalance_interval_ms: int = 20_000
+    consume_retry_topic: bool = True
 
     @property
     def group_member(self) -> bool:
         """The query is one member of its consumer group (``membership=group``)."""
         return self.membership == "group"
+
+    @property
+    def retry_topic(self) -> str:
+        """The group's retry topic on the wire: ``%RETRY%<group>`` (``%RETRY%ns%group``)."""
+        return RETRY_PREFIX + self.consumer_group
+
+    @property
+    def reads_retry_topic(self) -> bool:
+        """A group member reads its share of the group's retry queues, as Java's push
+        consumers do (``consumeRetryTopic``)."""
+        return self.group_member and self.consume_retry_topic
 
     @property
     def commits_to_group(self) -> bool:
@@ -244,7 +257,7 @@ SUBSCRIPTION = ("subscribe", "subscribePattern", "assign")
 STARTS = ("startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp")
 ENDS = ("endingOffsets", "endingTimestamp")
 MEMBER_ONLY = ("allocateStrategy", "consistentHashVirtualNodes", "allocateMachineRooms",
-               "lockQueues", "memberName", "rebalanceIntervalMs")
+               "lockQueues", "memberName", "rebalanceIntervalMs", "consumeRetryTopic")
 
 SOURCE_OPTIONS = OptionTable("the rocketmq source", CONNECTION + (
     Option("subscribe", "topics", _topic_list, (), "a comma list of topics",
@@ -304,6 +317,8 @@ SOURCE_OPTIONS = OptionTable("the rocketmq source", CONNECTION + (
     Option("memberName", "member_name", _member_name, None, "goes into the client id"),
     Option("rebalanceIntervalMs", "rebalance_interval_ms", integer(100, 3_600_000), 20_000,
            "the longest time between two rebalances"),
+    Option("consumeRetryTopic", "consume_retry_topic", boolean, True,
+           "read this member's share of the group's retry queues (%RETRY%<group>)"),
 ))
 
 

@@ -1,6 +1,7 @@
 """The executor side: the queue slices of a partition, read into Spark rows."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Iterator
 
@@ -35,6 +36,7 @@ def read_partition(options: SourceOptions, partition: RocketMQPartition
     settings = read_settings(options)
     for piece in partition.slices:
         hint = piece.address
+        retried = options.reads_retry_topic and piece.queue.topic == options.retry_topic
 
         def resolve(mq: MessageQueue, broker_id: int, refresh: bool) -> str:
             if hint and broker_id == 0 and not refresh:
@@ -42,14 +44,42 @@ def read_partition(options: SourceOptions, partition: RocketMQPartition
             return admin.address(mq, broker_id, refresh)
 
         reader = QueueRangeReader(admin.brokers, resolve, piece.queue, piece.start, piece.end,
-                                  settings)
+                                  retry_settings(settings) if retried else settings)
         for batch in reader:
+            if retried:
+                batch = with_original_topics(batch)
             out = to_spark_batch(batch, piece.broker_name, options.include_properties)
             yield topics_without_namespace(out, options.namespace) if options.namespace else out
         if reader.lost_ranges:
             log.warning("skipped %d lost messages of %s in [%d, %d): %s "
                         "(failOnDataLoss=false)", reader.lost_messages, piece.queue.key,
                         piece.start, piece.end, reader.lost_ranges)
+
+
+def retry_settings(settings: ReadSettings) -> ReadSettings:
+    """How a member reads the group's retry queues: every message (Java's push consumer
+    subscribes to its retry topic with ``*``, whatever its filter: what is there passed the
+    group's filter when first delivered), with the properties that name the original topic."""
+    return dataclasses.replace(settings, subscription="*", expression_type="TAG",
+                               sub_version=0, properties=True)
+
+
+# The value of the last non-empty RETRY_TOPIC property (Java's rule: a later duplicate wins,
+# an empty value is no value); values run to the next \x02 and may hold \x01.
+_RETRY_TOPIC = r"(?s)^(?:.*\x02)?RETRY_TOPIC\x01(?P<topic>[^\x02]+)"
+
+
+def with_original_topics(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Decoded rows of the group's retry topic under the topic they were first sent to, as
+    Java's push consumer hands them over (``resetRetryAndNamespace``): the broker that took
+    a message back kept that topic in its RETRY_TOPIC property. Rows without it keep the
+    retry topic."""
+    if not batch.num_rows:
+        return batch
+    index = batch.schema.get_field_index("topic")
+    found = pc.struct_field(pc.extract_regex(batch.column("properties"), _RETRY_TOPIC), [0])
+    topics = pc.if_else(pc.is_valid(found), found, batch.column(index))
+    return batch.set_column(index, batch.schema.field(index), topics)
 
 
 def topics_without_namespace(batch: pa.RecordBatch, namespace: str) -> pa.RecordBatch:
