@@ -15,6 +15,7 @@ from ..client.namespace import namespace_problem, wrap, wrapped_name_problem
 from ..client.send_pipeline import SEND_OK, SEND_STATUSES
 from ..client.producer import MAX_MESSAGE_SIZE
 from ..client.settings import ConnectionSettings
+from .send_back_options import check_send_back_options
 from ..options import (
     CONNECTION, Option, OptionError, OptionTable, choice, group_name, integer, parse_credentials,
     require_name_server, topic_name,
@@ -55,6 +56,10 @@ class SinkOptions:
     max_message_bytes: int = MAX_MESSAGE_SIZE
     delivery_guarantee: str = AT_LEAST_ONCE
     checkpoint_location: Optional[str] = None
+    # sendBack: rows are messages read from RocketMQ, sent back to this consumer group's
+    # retry topic (:mod:`.send_back`) instead of being written to a topic
+    send_back: Optional[str] = None
+    max_reconsume_times: int = 16
 
     @property
     def exactly_once(self) -> bool:
@@ -139,6 +144,10 @@ SINK_OPTIONS = OptionTable("the rocketmq sink", CONNECTION + (
            MAX_MESSAGE_SIZE, "the broker's maxMessageSize"),
     Option("deliveryGuarantee", "delivery_guarantee", choice(AT_LEAST_ONCE, EXACTLY_ONCE),
            AT_LEAST_ONCE, "exactlyOnce: RocketMQ's transactional messages"),
+    Option("sendBack", "send_back", group_name, None,
+           "a consumer group: send each row (a message as read) back for redelivery to it"),
+    Option("maxReconsumeTimes", "max_reconsume_times", integer(0, 2_147_483_647), 16,
+           "with sendBack: deliveries after the first before a message goes to the DLQ"),
 ), passed_through=("checkpointLocation", "queryName"))  # Spark adds these to a stream's
 
 
@@ -167,6 +176,7 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
                           "stream's recovery commands) yet. Use nameServer, or atLeastOnce "
                           "with endpoints")
     _names_fit(kw)
+    check_send_back_options(given, kw)
     if given.get("checkpointlocation", "").strip():
         kw["checkpoint_location"] = given["checkpointlocation"].strip()
     return SinkOptions(**kw)

@@ -35,6 +35,8 @@ from .exactly_once import CommitObserver
 from .ids import TaskIdentity, new_job_token
 from .options import SinkOptions, parse_sink_options
 from .schema import ColumnPlan, plan_columns
+from .send_back import send_back_task
+from .send_back_columns import plan_send_back
 from .task import TaskSummary, write_task
 from .transport import shared_producer
 
@@ -125,6 +127,9 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
         context = _task_context()
         identity = TaskIdentity("job", self.job_token, None, context.partitionId())
         group = self._group()
+        if self.options.send_back:
+            return SinkCommit(send_back_task(iterator, self.plan, self.options, identity,
+                                             shared_producer(self.options), group))
         half = (_half_properties(group, self.job_token, 0) if self.options.exactly_once
                 else None)
         return SinkCommit(write_task(iterator, self.plan, self.options, identity, group,
@@ -189,6 +194,9 @@ class RocketMQStreamWriter(*stream_writer_bases()):
                                "(sql.streaming.queryId / streaming.sql.batchId)")
         identity = TaskIdentity("stream", query_id, int(batch_id), context.partitionId())
         group = self._group(query_id)
+        if self.options.send_back:
+            return SinkCommit(send_back_task(iterator, self.plan, self.options, identity,
+                                             shared_producer(self.options), group))
         half = (_half_properties(group, query_id, int(batch_id)) if self.options.exactly_once
                 else None)
         return SinkCommit(write_task(iterator, self.plan, self.options, identity, group,
@@ -251,9 +259,18 @@ def batch_writer(raw: Mapping[str, str], schema: StructType, overwrite: bool
         raise OptionError("a RocketMQ topic cannot be overwritten: use mode(\"append\") "
                           "(messages are appended to the topic)")
     options = parse_sink_options(raw)
+    plan = _plan(schema, options)
+    return RocketMQBatchWriter(options, plan, new_job_token())
+
+
+def _plan(schema: StructType, options: SinkOptions):
+    """The input columns' roles: a message each row (:func:`plan_columns`), or with
+    ``sendBack`` a message read (:func:`plan_send_back`)."""
+    if options.send_back:
+        return plan_send_back(schema, options.send_back)
     plan = plan_columns(schema, options.topic)
     _check_exactly_once_columns(options, plan)
-    return RocketMQBatchWriter(options, plan, new_job_token())
+    return plan
 
 
 def _check_exactly_once_columns(options: SinkOptions, plan: ColumnPlan) -> None:
@@ -270,8 +287,7 @@ def stream_writer(raw: Mapping[str, str], schema: StructType, overwrite: bool,
     a test's hooks into the exactly-once commit (see :class:`.exactly_once.CommitObserver`)."""
     options = parse_sink_options(raw)
     query_name = next((str(v) for k, v in raw.items() if str(k).lower() == "queryname"), None)
-    plan = plan_columns(schema, options.topic)
-    _check_exactly_once_columns(options, plan)
+    plan = _plan(schema, options)
     if options.exactly_once:
         # Before this run writes anything: settle what an earlier run left pending.
         commit_log = exactly_once.CommitLog(exactly_once.record_root(options.checkpoint_location))

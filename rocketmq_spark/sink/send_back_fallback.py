@@ -1,0 +1,115 @@
+"""When a broker refuses CONSUMER_SEND_MSG_BACK: the message itself to the retry topic.
+
+As the catch block of Java's ``DefaultMQPushConsumerImpl.sendMessageBack``
+(``sendMessageBackAsNormalMessage``) and its producer's ``sendKernelImpl`` for a retry topic:
+a new message to ``%RETRY%<group>`` with the body and properties as read, ``ORIGIN_MESSAGE_ID``
+(kept, or the row's msgId), ``RETRY_TOPIC`` (the topic it was first read from), the delay level
+``3 + reconsumeTimes``, and the send header's ``reconsumeTimes`` (+1) and
+``maxReconsumeTimes`` (the broker puts it into the dead-letter topic once it is over). Sent to
+another broker than the one that refused when the retry topic has one.
+"""
+from __future__ import annotations
+
+import random
+import time
+from typing import TYPE_CHECKING, Dict, List, Optional
+
+from ..client.broker import send_command
+from ..client.errors import BrokerUnavailable, RocketMQError
+from ..client.namespace import RETRY_PREFIX, wrap
+from ..client.producer import Producer
+from ..client.protocol.codes import DEFAULT_TOPIC, SEND_V2_KEYS, ResponseCode
+from ..client.protocol.message import COMPRESSION_ZLIB, compress_body, new_uniq_key
+from ..client.protocol.properties import (
+    DELAY, KEYS, TAGS, UNIQ_KEY, encode_properties,
+)
+from ..client.protocol.route import MessageQueue
+from ..client.pull import response_error
+from .options import SinkOptions
+
+if TYPE_CHECKING:
+    from .send_back import MessageRead
+
+ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+RETRY_TOPIC = "RETRY_TOPIC"
+RECONSUME_TIME = "RECONSUME_TIME"
+MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+TRAN_MSG = "TRAN_MSG"
+FIRST_DELAY_LEVEL = 3  # Java's fallback: 3 + the reconsume count (10 s on a default broker)
+
+
+def retry_properties(message: "MessageRead", namespace: str, max_reconsume_times: int
+                     ) -> Dict[str, str]:
+    """The retry copy's properties: the message's own (or, without a properties column, its
+    tags and keys), with what Java's fallback sets. RECONSUME_TIME and MAX_RECONSUME_TIMES
+    travel in the send header instead, as Java's producer moves them there."""
+    props: Dict[str, str] = dict(message.properties or {})
+    if message.properties is None:
+        if message.tags:
+            props[TAGS] = message.tags
+        if message.keys:
+            props[KEYS] = message.keys
+    props[ORIGIN_MESSAGE_ID] = props.get(ORIGIN_MESSAGE_ID) or message.msg_id
+    first_topic = (props.get(RETRY_TOPIC) if message.topic.startswith(RETRY_PREFIX) else None)
+    props[RETRY_TOPIC] = first_topic or wrap(namespace, message.topic)
+    props[DELAY] = str(FIRST_DELAY_LEVEL + message.reconsume_times)
+    for name in (RECONSUME_TIME, MAX_RECONSUME_TIMES, TRAN_MSG):
+        props.pop(name, None)
+    props.setdefault(UNIQ_KEY, new_uniq_key())
+    return props
+
+
+def _targets(queues: List[MessageQueue], avoid: str, attempts: int) -> List[MessageQueue]:
+    """Up to ``attempts`` queues, one per broker while brokers last, ``avoid``'s last."""
+    by_broker: Dict[str, List[MessageQueue]] = {}
+    for queue in queues:
+        by_broker.setdefault(queue.broker_name, []).append(queue)
+    names = sorted(by_broker, key=lambda name: name == avoid)
+    picked = []
+    while len(picked) < attempts and any(by_broker.values()):
+        for name in names:
+            if by_broker[name] and len(picked) < attempts:
+                picked.append(by_broker[name].pop(random.randrange(len(by_broker[name]))))
+    return picked
+
+
+def send_to_retry_topic(producer: Producer, message: "MessageRead", options: SinkOptions,
+                        group: str, producer_group: str, avoid: Optional[str] = None) -> str:
+    """Send ``message`` to ``%RETRY%<group>`` (``group`` in its namespace already); returns
+    the broker that stored it. Raises the last refusal when no broker would."""
+    topic = RETRY_PREFIX + group
+    props = retry_properties(message, options.namespace, options.max_reconsume_times)
+    body, sys_flag = message.body, 0
+    if 0 <= options.compress_over <= len(body):
+        body, sys_flag = compress_body(body, COMPRESSION_ZLIB)
+    last: Optional[Exception] = None
+    for queue in _targets(producer.queues(topic), avoid or "", options.retries + 1):
+        request = send_command(queue.broker_name, producer_group, topic, queue.queue_id, body,
+                               encode_properties(props), sys_flag, 0, int(time.time() * 1000),
+                               producer.default_topic_queue_nums)
+        request.ext_fields[SEND_V2_KEYS["reconsumeTimes"]] = str(message.reconsume_times + 1)
+        request.ext_fields[SEND_V2_KEYS["maxReconsumeTimes"]] = str(options.max_reconsume_times)
+        try:
+            address = _master(producer, queue)
+            response = producer.remoting.invoke(address, request, options.send_timeout_ms / 1e3)
+        except RocketMQError as exc:
+            last = exc
+            continue
+        if response.code == ResponseCode.SUCCESS:
+            return queue.broker_name
+        last = response_error(response, "SEND_MESSAGE_V2", address)
+    raise last or RocketMQError(f"no writable queue of {topic}")
+
+
+def _master(producer: Producer, queue: MessageQueue) -> str:
+    """The master address of the queue's broker, from the topic's route or, for a retry topic
+    no broker has yet (its queues came from the template), from TBW102's."""
+    for name in (queue.topic, DEFAULT_TOPIC):
+        try:
+            broker = producer.names.route(name).broker(queue.broker_name)
+        except RocketMQError:
+            continue
+        if broker is not None and broker.master_addr:
+            return broker.master_addr
+    raise BrokerUnavailable(queue.broker_name, f"no master of {queue.broker_name} is in the "
+                                               f"route of {queue.topic}")
