@@ -215,9 +215,10 @@ class Producer:
 
     def queues(self, topic: str, refresh: bool = False) -> List[MessageQueue]:
         """The writable queues of ``topic`` (from the template route if it is new)."""
-        queues = self._route(topic, refresh).writable_queues(topic)
+        route = self._route(topic, refresh)
+        queues = route.writable_queues(topic)
         if not queues:
-            raise RouteNotFound(topic, f"topic {topic!r} has no writable queue")
+            raise RouteNotFound(topic, route.unwritable_reason(topic))
         return queues
 
     def _address(self, queue: MessageQueue, route: TopicRouteData) -> str:
@@ -358,7 +359,7 @@ class Producer:
     def _pick(self, topic: str, route: TopicRouteData, avoid: set = frozenset()) -> MessageQueue:
         candidates = route.writable_queues(topic)
         if not candidates:
-            raise RouteNotFound(topic, "the topic has no writable queue")
+            raise RouteNotFound(topic, route.unwritable_reason(topic))
         fresh = [q for q in candidates if q.broker_name not in avoid] or candidates
         return fresh[next(self._rr) % len(fresh)]
 

@@ -103,6 +103,17 @@ class TopicRouteData:
                for i in range(q.write_queue_nums)]
         return sorted(out)
 
+    def unwritable_reason(self, topic: str) -> str:
+        """Why ``topic`` has no writable queue, for the error a send raises: the brokers whose
+        master is not routed (their slaves take no sends), or the permissions."""
+        headless = sorted(b.broker_name for b in self.broker_datas
+                          if b.broker_addrs and b.master_addr is None)
+        if headless:
+            return (f"topic {topic!r} has no writable queue: no master of "
+                    f"{', '.join(headless)} is in the route (a master is down, and its "
+                    f"slaves take no sends)")
+        return f"topic {topic!r} has no writable queue (no queue with write permission)"
+
     # ---------------------------------------------------------------- JSON
 
     @classmethod
