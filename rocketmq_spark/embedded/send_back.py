@@ -28,7 +28,7 @@ The name server routes a created topic at once (brokers register in-process, see
 from __future__ import annotations
 
 import random
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple, Union
 
 from ..client.protocol.codes import PERM_READ, PERM_WRITE, ResponseCode
 from ..client.protocol.frame import RemotingCommand
@@ -139,6 +139,8 @@ def handle_send_back(context: BrokerContext, conn, cmd: RemotingCommand) -> Remo
         props[DELAY] = str(delay_level or 3 + msg.reconsume_times)
     if not props.get(ORIGIN_MESSAGE_ID, "").strip():
         props[ORIGIN_MESSAGE_ID] = msg.offset_msg_id
+    if getattr(context, "is_slave", False):  # a slave's message store refuses every put
+        return answer(ResponseCode.SYSTEM_ERROR, "SERVICE_NOT_AVAILABLE")
     if not _store_copy(context, msg, topic, queue_id, hashmap_properties(props)):
         return answer(ResponseCode.SYSTEM_ERROR, "MESSAGE_ILLEGAL")  # properties too long
     return answer(ResponseCode.SUCCESS)
@@ -166,3 +168,38 @@ def _store_copy(context: BrokerContext, msg, topic: str, queue_id: int, text: st
             reconsume_times=msg.reconsume_times + 1),
         codes=[tag_code(text)])
     return True
+
+
+class Refusal(NamedTuple):
+    """A refused request's answer: code and remark."""
+
+    code: int
+    remark: str
+
+
+def retry_send_target(context: BrokerContext, version: int, topic: str, reconsume_times: int,
+                      max_reconsume_header: Optional[int]
+                      ) -> Union[None, Refusal, Tuple[str, int]]:
+    """SendMessageProcessor.handleRetryAndDLQ, for a send to ``%RETRY%<group>`` (what the
+    Java consumer does when its send-back fails): None to store it where it was sent,
+    ``(%DLQ%<group>, 0)`` once ``reconsume_times`` reaches the max (the header's
+    maxReconsumeTimes from clients of 3.4.9 on, else the group's retryMaxTimes), or the
+    refusal for an unknown group. The message keeps its own properties (a DELAY among them
+    still delays it, then into the DLQ)."""
+    if not topic.startswith(RETRY_PREFIX):
+        return None
+    group = topic[len(RETRY_PREFIX):]
+    opts = context.options
+    sub = context.clients.subscription_groups.find(
+        group, opts.auto_create_subscription_group, opts.retry_max_times)
+    if sub is None:
+        return Refusal(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                       subscription_group_missing(group))
+    limit = sub.retry_max_times
+    if version >= VERSION_V3_4_9 and max_reconsume_header is not None:
+        limit = max_reconsume_header
+    if reconsume_times < limit:
+        return None
+    dlq = DLQ_PREFIX + group
+    create_send_back_topic(context.store, dlq, DLQ_QUEUE_NUMS)
+    return dlq, random.randrange(99999999) % DLQ_QUEUE_NUMS
