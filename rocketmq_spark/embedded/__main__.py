@@ -9,6 +9,9 @@ Prints one line per server once they listen, then ``ready``::
     broker broker-b 127.0.0.1:40125
     ready
 
+(with ``--slaves N``, a line ``slave broker-a 1 127.0.0.1:40127`` after each broker's, per
+slave)
+
 (plus ``tls MODE CERTFILE`` before ``ready`` when serving TLS, and ``proxy HOST:PORT`` and
 ``proxy-tls CERTFILE`` with ``--grpc-proxy``, ``proxy-remoting HOST:PORT`` with
 ``--proxy-remoting``).
@@ -37,6 +40,8 @@ def _parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                                 description="An embedded RocketMQ-compatible name server and "
                                             "brokers (4.9.8 personality).")
     p.add_argument("--brokers", type=int, default=1, help="number of brokers (default 1)")
+    p.add_argument("--slaves", type=int, default=0,
+                   help="slaves per broker (brokerId 1, 2, ...; default 0)")
     p.add_argument("--data-dir", help="keep messages, topics and offsets here across restarts")
     p.add_argument("--host", default="127.0.0.1", help="address to bind and advertise")
     p.add_argument("--port-namesrv", type=int, default=0, help="name server port (default: free)")
@@ -115,7 +120,7 @@ def fill(cluster: EmbeddedCluster, topic: str, count: int, size: int) -> None:
 
 def _cluster(args: argparse.Namespace, acl, ports) -> EmbeddedCluster:
     return EmbeddedCluster(
-        brokers=args.brokers, data_dir=args.data_dir, host=args.host,
+        brokers=args.brokers, slaves=args.slaves, data_dir=args.data_dir, host=args.host,
         namesrv_port=args.port_namesrv, broker_ports=ports, acl=acl, tls=args.tls,
         tls_cert=args.tls_cert, tls_key=args.tls_key, call_timeout=600.0,
         grpc_proxy=args.grpc_proxy, grpc_proxy_tls=not args.grpc_proxy_plaintext,
@@ -161,6 +166,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"namesrv {cluster.namesrv_addr}", flush=True)
         for b in cluster.brokers:
             print(f"broker {b.name} {b.addr}", flush=True)
+            for node in cluster.brokers_of(b.name)[1:]:
+                print(f"slave {b.name} {node.broker_id} {node.addr}", flush=True)
         if cluster.tls_settings is not None:
             print(f"tls {cluster.tls_settings.mode} {cluster.tls_settings.certfile}", flush=True)
         if args.grpc_proxy:

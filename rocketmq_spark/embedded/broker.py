@@ -36,7 +36,9 @@ from .pull import handle_pull
 from .schedule import ScheduleService
 from .send import SYSTEM_TOPICS, handle_send, validate_topic
 from .send_back import CONSUMER_SEND_MSG_BACK, handle_send_back
+from .replication import HaReplication, SlaveSynchronize
 from .server import RemotingServer, ServerConnection
+from .slave_role import end_transaction_refusal
 from .store import BrokerStore, TopicConfig
 from .tls import TlsSettings
 from .transaction_check import TransactionCheckService
@@ -49,13 +51,20 @@ QUERY_NOT_FOUND_REMARK = "Not found, V3_0_6_SNAPSHOT maybe this group consumer b
 
 
 class Broker:
-    """One broker (master, id 0) of an embedded cluster. Runs on the cluster's event loop."""
+    """One broker of an embedded cluster: a master (``broker_id`` 0) or a slave of ``master``
+    (``broker_id`` 1, 2, ...; :mod:`.replication` copies the master's store to it,
+    :mod:`.slave_role` has what it refuses). Runs on the cluster's event loop."""
 
     def __init__(self, name: str, namesrv: NameServer, options: ServerOptions, *,
                  host: str = "127.0.0.1", port: int = 0, data_dir: Optional[Path] = None,
                  acl: Optional[Mapping[str, str]] = None, tls: Optional[TlsSettings] = None,
-                 faults: Optional[FaultInjector] = None):
+                 faults: Optional[FaultInjector] = None, broker_id: int = 0,
+                 master: Optional["Broker"] = None):
+        if (broker_id == 0) != (master is None):
+            raise ValueError("a slave (broker_id > 0) needs its master, a master has none")
         self.name = name
+        self.broker_id = broker_id
+        self.master = master
         self.cluster = options.cluster_name
         self.options = options
         self.namesrv = namesrv
@@ -63,16 +72,23 @@ class Broker:
         self.clients = ClientRegistry(self._notify_ids_changed)
         self.long_poll = LongPollService(self._repull)
         self.context = BrokerContext(name, options, self.store, self.long_poll, self.clients,
-                                     lambda: self.server.addr)
+                                     lambda: self.server.addr, broker_id)
         self.schedule = ScheduleService(self.context)  # delayed messages (DELAY 1-18)
         self.transactions = TransactionCheckService(self.context)  # half message check-backs
         self.end_transaction = EndTransactionHandler(self.context)
         self.fast_paths = BrokerFastPaths(self.context)
+        if options.slave_read_enable and not options.suggest_broker_id:
+            self.fast_paths.pulls = None  # its suggestion depends on each pull's lag
+        self.replication = self.slave_sync = None
+        if master is not None:
+            self.replication = HaReplication(self.context, master)
+            self.slave_sync = SlaveSynchronize(self.context, master)
         self.queues = RequestQueues(options)  # the executors' queues and their busy answers
         self.server = RemotingServer(name, self, host=host, port=port, tls=tls, acl=acl,
                                      faults=faults, version=options.version,
                                      fast_path=self.fast_paths if self.fast_paths.available
-                                     else None, flow_control=self.queues)
+                                     and master is None else None, flow_control=self.queues)
+        self.registration: Dict[str, str] = {}  # the name server's answer (a slave's master)
         self._loaded = False
         self._housekeeping: Optional[asyncio.Task] = None
         self.consumer_admin = ConsumerAdmin(self.context)  # heartbeats, members, locks
@@ -91,7 +107,8 @@ class Broker:
             RequestCode.GET_MIN_OFFSET: self._get_min_offset,
             RequestCode.GET_EARLIEST_MSG_STORETIME: self._get_earliest_time,
             **self.consumer_admin.handlers(),
-            END_TRANSACTION: self.end_transaction.handle,
+            END_TRANSACTION: self.end_transaction.handle if master is None
+            else lambda c, r: end_transaction_refusal(self.context, r),
             CONSUMER_SEND_MSG_BACK: lambda c, r: handle_send_back(self.context, c, r),
             CHECK_CLIENT_CONFIG: lambda c, r: check_client_config(
                 options.enable_property_filter, r, options.version),
@@ -107,6 +124,12 @@ class Broker:
     @property
     def port(self) -> int:
         return self.server.port
+
+    @property
+    def ha_addr(self) -> str:
+        """The haServerAddr it registers: a genuine broker's default, listen port + 1 (nobody
+        listens there: replication is in-process, :mod:`.replication`)."""
+        return f"{self.server.host}:{self.server.port + 1}"
 
     @property
     def running(self) -> bool:
@@ -142,21 +165,28 @@ class Broker:
         if self.store.port != self.server.port:
             self.store.port = self.server.port
             self.store.mark_dirty(now=True)
-        self.namesrv.register(self)
+        self.registration = self.namesrv.register(self)
         self._housekeeping = asyncio.get_running_loop().create_task(self._housekeep())
-        self.schedule.start()
-        self.transactions.start()
+        if self.master is None:
+            self.schedule.start()
+            self.transactions.start()
+        else:  # a slave runs no schedule or check service, it copies its master
+            self.replication.start()
+            self.slave_sync.start()
 
     async def stop(self) -> None:
         """Unregister, drop parked pulls and connections, close the listener; data is kept."""
         if not self.running:
             return
-        self.namesrv.unregister(self.name)
+        self.namesrv.unregister(self.name, self.broker_id)
         if self._housekeeping is not None:
             self._housekeeping.cancel()
             self._housekeeping = None
         self.schedule.stop()
         self.transactions.stop()
+        if self.master is not None:
+            self.replication.stop()
+            self.slave_sync.stop()
         self.long_poll.clear()
         await self.server.stop()
         self.store.flush(force=True)

@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 from ..client.protocol.codes import PERM_READ, PERM_WRITE
 from .broker import Broker
 from .cluster_faults import ClusterFaults
+from .cluster_slaves import ClusterSlaves
 from .direct_writes import append_messages
 from .faults import FaultInjector
 from .nameserver import NameServer
@@ -67,6 +68,11 @@ class BrokerHandle:
     def running(self) -> bool:
         return self._broker.running
 
+    @property
+    def broker_id(self) -> int:
+        """0 for a master, 1, 2, ... for its slaves."""
+        return self._broker.broker_id
+
     def stop(self) -> None:
         """Close the listener and all connections; the broker leaves every route."""
         self._cluster._call(self._broker.stop)
@@ -76,10 +82,11 @@ class BrokerHandle:
         self._cluster._call(self._broker.start)
 
     def __repr__(self) -> str:
-        return f"<broker {self.name} {self.addr} {'running' if self.running else 'stopped'}>"
+        return (f"<broker {self.name}/{self.broker_id} {self.addr} "
+                f"{'running' if self.running else 'stopped'}>")
 
 
-class EmbeddedCluster(ClusterFaults):
+class EmbeddedCluster(ClusterFaults, ClusterSlaves):
     """A RocketMQ-compatible name server and ``brokers`` brokers on 127.0.0.1.
 
     Use as a context manager (``with EmbeddedCluster(brokers=2) as c:``) or call ``start()`` and
@@ -94,10 +101,13 @@ class EmbeddedCluster(ClusterFaults):
     (:mod:`.proxy_remoting`) at :attr:`proxy_remoting_addr`, forwarding to the brokers (TLS
     as the brokers' when ``tls`` is given); ``proxy_transaction_heartbeat`` and
     ``proxy_transaction_data_expire`` (seconds) are its transactionHeartbeatPeriodSecond and
-    transactionDataExpireMillis. Other keyword arguments are :class:`ServerOptions`.
+    transactionDataExpireMillis. ``slaves=n`` gives each broker n slaves (brokerId 1..n, same
+    name, ports of their own; :mod:`.cluster_slaves`). Other keyword arguments are
+    :class:`ServerOptions`.
     """
 
     def __init__(self, brokers: int = 1, data_dir: Optional[Union[str, Path]] = None, *,
+                 slaves: int = 0,
                  host: str = "127.0.0.1", namesrv_port: int = 0,
                  broker_ports: Optional[Sequence[int]] = None,
                  acl: Optional[Mapping[str, str]] = None, tls: Optional[str] = None,
@@ -109,6 +119,8 @@ class EmbeddedCluster(ClusterFaults):
                  call_timeout: float = 30.0, **options: Any):
         if brokers < 1:
             raise ValueError("an embedded cluster needs at least one broker")
+        if slaves < 0:
+            raise ValueError(f"slaves must be 0 or more, got {slaves}")
         if broker_ports is not None and len(broker_ports) != brokers:
             raise ValueError("broker_ports must give one port per broker")
         self.options = ServerOptions(**options)
@@ -146,6 +158,14 @@ class EmbeddedCluster(ClusterFaults):
                 data_dir=self.data_dir / name if self.data_dir else None, acl=self.acl,
                 tls=self.tls_settings, faults=self.faults))
         self.brokers: List[BrokerHandle] = [BrokerHandle(self, b) for b in self._brokers]
+        self._slaves: Dict[str, List[Broker]] = {
+            master.name: [Broker(master.name, self.namesrv, self.options, host=host,
+                                 data_dir=(self.data_dir / f"{master.name}-slave{i}"
+                                           if self.data_dir else None),
+                                 acl=self.acl, tls=self.tls_settings, faults=self.faults,
+                                 broker_id=i, master=master)
+                          for i in range(1, slaves + 1)]
+            for master in self._brokers}
         self._grpc_proxy = None
         if grpc_proxy:
             from .grpc_proxy import GrpcProxy  # grpcio is loaded only when asked for
@@ -206,6 +226,8 @@ class EmbeddedCluster(ClusterFaults):
             port_file.write_text(json.dumps({"port": server.port}))
         for broker in self._brokers:
             await broker.start()
+        for slave in self._all_slaves():
+            await slave.start()
         if self._grpc_proxy is not None:
             await self._grpc_proxy.start()
         if self._proxy_remoting is not None:
@@ -228,7 +250,7 @@ class EmbeddedCluster(ClusterFaults):
             await self._proxy_remoting.stop()
         if self._grpc_proxy is not None:
             await self._grpc_proxy.stop()
-        for broker in self._brokers:
+        for broker in self._all_slaves() + self._brokers:
             await broker.close()
         await self._namesrv_server.stop()
 
@@ -319,22 +341,24 @@ class EmbeddedCluster(ClusterFaults):
     def create_topic(self, topic: str, queues: int = 4, read_queues: Optional[int] = None,
                      write_queues: Optional[int] = None, brokers: Optional[Iterable[str]] = None,
                      perm: int = PERM_READ | PERM_WRITE) -> None:
-        """Create (or replace) a topic on every broker (or the named ones); routable at once."""
+        """Create (or replace) a topic on every broker (or the named ones); routable at once.
+        Their slaves get it at once too (without waiting for SlaveSynchronize's round)."""
         read = queues if read_queues is None else read_queues
         write = queues if write_queues is None else write_queues
-        targets = self._targets(brokers)
+        targets = self._with_slaves(self._targets(brokers))
         self._call(lambda: [b.create_topic(topic, read, write, perm) for b in targets])
 
     def add_queues(self, topic: str, total_queues: int,
                    brokers: Optional[Iterable[str]] = None) -> None:
         """Grow a topic to ``total_queues`` read and write queues while running (on the named
-        brokers, by default on every broker that has the topic); the route changes at once."""
+        brokers, by default on every broker that has the topic, and their slaves); the route
+        changes at once."""
         def grow():
             targets = (self._targets(brokers) if brokers is not None else
                        [b for b in self._brokers if topic in b.store.topics])
             if not targets:
                 raise KeyError(f"no broker has topic {topic!r}")
-            for b in targets:
+            for b in self._with_slaves(targets):
                 b.add_queues(topic, total_queues)
         self._call(grow)
 

@@ -28,10 +28,15 @@ class BrokerContext:
     long_poll: LongPollService
     clients: ClientRegistry
     address: Callable[[], str]
+    broker_id: int = 0  # 0: the master; 1, 2, ...: a slave (brokerRole SLAVE)
     records: RecordWriter = field(init=False)
 
     def __post_init__(self) -> None:
         self.records = RecordWriter(self.store, self.long_poll)
+
+    @property
+    def is_slave(self) -> bool:
+        return self.broker_id != 0
 
     @property
     def addr(self) -> str:

@@ -1,9 +1,14 @@
 """The name server: routes, cluster info and the topic list, built from the live brokers.
 
-Brokers register in-process (no REGISTER_BROKER frames): a registered broker's current topic
+Brokers register in-process (no REGISTER_BROKER frames): a registered master's current topic
 table is read at request time, so a topic created or grown on a broker is routable at once, and
-a stopped broker's queues disappear from every route (as when a genuine broker's channel to the
-name server closes). JSON bodies follow 4.9.8: HashMap iteration order where Java uses a
+a stopped broker's address leaves every route (as when a genuine broker's channel to the name
+server closes). Slaves register as 4.9.8's RouteInfoManager takes them: under their master's
+broker name with their own brokerId, adding their address to ``brokerAddrs`` but no queue
+data (only a master's registration carries topics); the answer names the master's address and
+HA address. When the master goes and a slave stays, the queue data the master registered last
+stays in the routes with only the slave's address; when the last node of a name goes, the name
+and its queues go. JSON bodies follow 4.9.8: HashMap iteration order where Java uses a
 HashMap, fastjson's bare integer keys unless the client is 4.9.4+ or asks for standard JSON.
 """
 from __future__ import annotations
@@ -14,7 +19,9 @@ from typing import Dict, List, Optional, Protocol
 from ..client.protocol.codes import VERSION_V4_9_4, RequestCode, ResponseCode
 from ..client.protocol.frame import RemotingCommand
 from ..client.protocol.properties import java_hashmap_order
-from ..client.protocol.route import BrokerData, ClusterInfo, QueueData, TopicRouteData
+from ..client.protocol.route import (
+    MASTER_ID, BrokerData, ClusterInfo, QueueData, TopicRouteData,
+)
 from .headers import java_bool, req_str
 
 FAQ_SUFFIX = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
@@ -25,9 +32,13 @@ class RegisteredBroker(Protocol):
 
     name: str
     cluster: str
+    broker_id: int
 
     @property
     def addr(self) -> str: ...
+
+    @property
+    def ha_addr(self) -> str: ...
 
     def topic_configs(self) -> Dict[str, "object"]: ...
 
@@ -44,24 +55,51 @@ class NameServer:
     def __init__(self, cluster: str = "DefaultCluster", version: int = 409):
         self.cluster = cluster
         self.version = version
-        self._brokers: Dict[str, RegisteredBroker] = {}
+        self._nodes: Dict[str, Dict[int, RegisteredBroker]] = {}  # name -> brokerId -> node
+        self._kept_topics: Dict[str, Dict[str, object]] = {}  # a gone master's last topics
 
     # registration -----------------------------------------------------------------
 
-    def register(self, broker: RegisteredBroker) -> None:
-        self._brokers[broker.name] = broker
+    def register(self, broker: RegisteredBroker) -> Dict[str, str]:
+        """Add a node; returns the answer's ext fields (a slave: its master's address and HA
+        address when the master is registered, as RegisterBrokerResult; a master: none)."""
+        nodes = self._nodes.setdefault(broker.name, {})
+        nodes[broker.broker_id] = broker
+        if broker.broker_id == MASTER_ID:
+            self._kept_topics.pop(broker.name, None)
+            return {}
+        master = nodes.get(MASTER_ID)
+        return {} if master is None else {"haServerAddr": master.ha_addr,
+                                          "masterAddr": master.addr}
 
-    def unregister(self, name: str) -> None:
-        self._brokers.pop(name, None)
+    def unregister(self, name: str, broker_id: int = MASTER_ID) -> None:
+        """Drop a node (its connection closed); a master's topics stay while a slave does."""
+        nodes = self._nodes.get(name, {})
+        node = nodes.pop(broker_id, None)
+        if not nodes:
+            self._nodes.pop(name, None)
+            self._kept_topics.pop(name, None)
+        elif node is not None and broker_id == MASTER_ID:
+            self._kept_topics[name] = dict(node.topic_configs())
 
     def broker_address(self, name: str) -> Optional[str]:
-        """The registered broker's address (None: no broker of that name is registered)."""
-        broker = self._brokers.get(name)
-        return None if broker is None else broker.addr
+        """The registered master's address (None: no master of that name is registered)."""
+        master = self._nodes.get(name, {}).get(MASTER_ID)
+        return None if master is None else master.addr
 
     def broker_names(self) -> List[str]:
-        """Registered brokers in the order a Java HashMap keyed by name iterates them."""
-        return java_hashmap_order(self._brokers)
+        """Registered broker names in the order a Java HashMap keyed by name iterates them."""
+        return java_hashmap_order(self._nodes)
+
+    def _addrs(self, name: str) -> Dict[int, str]:
+        return {i: node.addr for i, node in sorted(self._nodes[name].items())}
+
+    def _topic_configs(self, name: str) -> Dict[str, object]:
+        master = self._nodes[name].get(MASTER_ID)
+        return master.topic_configs() if master is not None else self._kept_topics.get(name, {})
+
+    def _cluster(self, name: str) -> str:
+        return next(iter(self._nodes[name].values())).cluster
 
     # views ------------------------------------------------------------------------
 
@@ -69,13 +107,12 @@ class NameServer:
         """The topic's route over every registered broker that has it; None if none does."""
         queue_datas, broker_datas = [], []
         for name in self.broker_names():
-            broker = self._brokers[name]
-            config = broker.topic_configs().get(topic)
+            config = self._topic_configs(name).get(topic)
             if config is None:
                 continue
             queue_datas.append(QueueData(name, config.read_queue_nums, config.write_queue_nums,
                                          config.perm, config.topic_sys_flag))
-            broker_datas.append(BrokerData(name, {0: broker.addr}, broker.cluster))
+            broker_datas.append(BrokerData(name, self._addrs(name), self._cluster(name)))
         if not queue_datas:
             return None
         return TopicRouteData(queue_datas=queue_datas, broker_datas=broker_datas)
@@ -84,17 +121,17 @@ class NameServer:
         names = self.broker_names()
         clusters: Dict[str, List[str]] = {}
         for name in names:
-            clusters.setdefault(self._brokers[name].cluster, []).append(name)
+            clusters.setdefault(self._cluster(name), []).append(name)
         return ClusterInfo(
-            broker_addr_table={n: BrokerData(n, {0: self._brokers[n].addr},
-                                             self._brokers[n].cluster) for n in names},
+            broker_addr_table={n: BrokerData(n, self._addrs(n), self._cluster(n))
+                               for n in names},
             cluster_addr_table={c: java_hashmap_order(members)
                                 for c, members in clusters.items()})
 
     def topics(self) -> List[str]:
         topics: Dict[str, None] = {}
         for name in self.broker_names():
-            for topic in self._brokers[name].topic_configs():
+            for topic in self._topic_configs(name):
                 topics[topic] = None
         return java_hashmap_order(topics)
 

@@ -1,6 +1,7 @@
 """Settings of an embedded cluster, parsed and checked once."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from typing import List
@@ -45,8 +46,19 @@ class ServerOptions:
     * ``search_by_time``: SEARCH_OFFSET_BY_TIMESTAMP semantics when the request has no
       ``boundaryType``: "lower" (5.1.1+, the first offset stored at or after the time) or
       "nearest" (4.x).
-    * ``suggest_broker_id``: the ``suggestWhichBrokerId`` of every pull answer; a genuine
-      master with ``slaveReadEnable`` answers 1 to consumers that lag, sending them to a slave.
+    * ``suggest_broker_id``: when not 0, the ``suggestWhichBrokerId`` of every pull answer,
+      whatever the rules below say (a test forcing a client to a slave). At 0 the answer
+      follows 4.9.8's PullMessageProcessor: 0 unless ``slave_read_enable``; with it, 1
+      (whichBrokerWhenConsumeSlowly) when the pull is further behind the commit log's end
+      than ``access_message_in_memory_max_ratio`` percent of ``memory_bytes``, else 0.
+    * ``slave_read_enable`` (slaveReadEnable, off), ``access_message_in_memory_max_ratio``
+      (accessMessageInMemoryMaxRatio, 40) and ``memory_bytes`` (the physical memory the
+      ratio is taken of; 0, the default, means this machine's, as 4.9.8's
+      StoreUtil.TOTAL_PHYSICAL_MEMORY_SIZE; tests give a small number to make a lag count).
+    * ``slave_sync_interval``: how often a slave copies its master's topic configs and
+      consumer and delay offsets (SlaveSynchronize, every 10 s after a first run at 3 s).
+    * ``replication_interval``: how often a slave copies what its master stored since the
+      last round (HA's asynchronous transfer; the slave lags by up to about this long).
     * ``channel_expiry_seconds``: consumers/producers that stop heartbeating are dropped (and
       their connection closed) after this long.
     * ``rebalance_lock_max_live_seconds``: a queue lock (LOCK_BATCH_MQ) not renewed for this
@@ -92,6 +104,11 @@ class ServerOptions:
     region: str = "DefaultRegion"
     trace_on: bool = True
     suggest_broker_id: int = 0
+    slave_read_enable: bool = False
+    access_message_in_memory_max_ratio: int = 40
+    memory_bytes: int = 0
+    slave_sync_interval: float = 10.0
+    replication_interval: float = 0.01
     transaction_check_interval: float = 60.0
     transaction_timeout: float = 6.0
     transaction_check_max: int = 15
@@ -142,6 +159,13 @@ class ServerOptions:
                      "auto_create_subscription_group"):
             if getattr(self, name).__class__ is not bool:
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+
+    @cached_property
+    def memory_threshold(self) -> int:
+        """Bytes a pull may lag behind the commit log's end before a master with
+        ``slave_read_enable`` sends the consumer to a slave."""
+        memory = self.memory_bytes or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return int(memory * (self.access_message_in_memory_max_ratio / 100.0))
 
     @cached_property
     def delay_levels(self) -> List[float]:

@@ -14,7 +14,9 @@ off == max                      OFFSET_OVERFLOW_ONE / 19    off
 off > max                       OFFSET_OVERFLOW_BADLY / 21  max
 ==============================  ==========================  ============================
 
-PULL_NOT_FOUND (19) parks the request when sysFlag has SUSPEND and this is its first run.
+PULL_NOT_FOUND (19) parks the request when sysFlag has SUSPEND and this is its first run. On a
+slave (brokerId > 0) a PULL_OFFSET_MOVED answer becomes PULL_RETRY_IMMEDIATELY suggesting the
+master, and the pull's commit offset is not stored (:mod:`.slave_role` has the suggestion).
 Tag filters compare tag hash codes; SQL92 filters (enable_property_filter) evaluate each
 message's properties (:mod:`.property_filter`). Pulls of either kind scan the same window.
 """
@@ -34,6 +36,7 @@ from .context import BrokerContext
 from .headers import req_int, req_long, req_str
 from .nameserver import FAQ_SUFFIX
 from .property_filter import compile_filter, is_tag_type, read_matching
+from .slave_role import suggested_broker
 
 FOUND = "FOUND"
 NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
@@ -206,8 +209,13 @@ def handle_pull(context: BrokerContext, conn, cmd: RemotingCommand,
     queue = context.store.queue(request.topic, request.queue_id)
     min_offset, max_offset = queue.min_offset, queue.max_offset
     status, code, next_begin, body = _read(context, queue, request, plan)
+    suggest = suggested_broker(context, queue, status in (FOUND, NO_MATCHED_MESSAGE),
+                               next_begin)
+    if code == ResponseCode.PULL_OFFSET_MOVED and context.is_slave:
+        # a slave does not correct offsets (offsetCheckInSlave off): retry, at the master
+        code, suggest = ResponseCode.PULL_RETRY_IMMEDIATELY, 0
     response: Optional[RemotingCommand] = cmd.make_response(
-        code, {"suggestWhichBrokerId": str(context.options.suggest_broker_id),
+        code, {"suggestWhichBrokerId": str(suggest),
                "nextBeginOffset": str(next_begin),
                "maxOffset": str(max_offset), "minOffset": str(min_offset)},
         status, body=body, version=version)
@@ -224,7 +232,7 @@ def handle_pull(context: BrokerContext, conn, cmd: RemotingCommand,
         context.long_poll.park(conn, cmd, request.topic, request.queue_id, request.offset,
                                codes, request.suspend_millis / 1000.0)
         response = None
-    if allow_suspend and request.sys_flag & PULL_FLAG_COMMIT_OFFSET:
+    if allow_suspend and request.sys_flag & PULL_FLAG_COMMIT_OFFSET and not context.is_slave:
         context.store.commit_offset(request.group, request.topic, request.queue_id,
                                     request.commit_offset)
     return response
