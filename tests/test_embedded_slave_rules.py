@@ -1,0 +1,187 @@
+"""The embedded slave's rules that the genuine capture does not show, read from 4.9.8's source:
+HA replication (asynchronous, stops with the master), SlaveSynchronize (topic configs and
+consumer offsets), the suggestWhichBrokerId of PullMessageProcessor with slaveReadEnable, and
+what a slave refuses. Real sockets, hand-built frames.
+"""
+from __future__ import annotations
+
+import pytest
+
+from raw_client import RawClient
+from rocketmq_spark.client.protocol.message import decode_messages
+from rocketmq_spark.embedded import EmbeddedCluster
+from waiting import wait_until
+
+PULL, QUERY_OFFSET, UPDATE_OFFSET, CREATE_TOPIC, END_TRANSACTION = 11, 14, 15, 17, 37
+
+
+def pull_fields(topic, queue_id=0, offset=0, max_nums=32, sys_flag=4, commit=0, suspend=0):
+    return {"consumerGroup": "G", "topic": topic, "queueId": str(queue_id),
+            "queueOffset": str(offset), "maxMsgNums": str(max_nums), "sysFlag": str(sys_flag),
+            "commitOffset": str(commit), "suspendTimeoutMillis": str(suspend),
+            "subscription": "*", "subVersion": "0", "expressionType": "TAG"}
+
+
+def offset_fields(group, topic, queue_id, commit=None):
+    fields = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id)}
+    if commit is not None:
+        fields["commitOffset"] = str(commit)
+    return fields
+
+
+# ------------------------------------------------------------------ HA replication
+
+
+def test_replication_catches_up_and_stops_with_the_master():
+    with EmbeddedCluster(brokers=1, slaves=1) as c:
+        c.create_topic("T", 2)
+        slave = c.slave("broker-a", 1)
+        slave.stop()
+        c.append("T", "broker-a", 0, [b"a%d" % i for i in range(100)])
+        c.append("T", "broker-a", 1, [b"b"] * 7)
+        assert c.replication_lag("broker-a", 1) == 107  # a stopped slave copies nothing
+        slave.start()
+        c.wait_replicated()
+        assert c.node_max_offset("T", "broker-a", 0, 1) == 100
+        assert c.node_max_offset("T", "broker-a", 1, 1) == 7
+        c.broker("broker-a").stop()  # a master that is down sends nothing more
+        c.append("T", "broker-a", 0, [b"late"])
+        replication = c._slaves["broker-a"][0].replication
+        assert c._call(replication.run_once) == 0  # a round copies nothing
+        c.wait_replicated()  # nor is there anything to wait for
+        assert c.replication_lag("broker-a", 1) == 1
+        assert c.node_max_offset("T", "broker-a", 0, 1) == 100
+        c.broker("broker-a").start()
+        c.wait_replicated()
+        assert c.node_max_offset("T", "broker-a", 0, 1) == 101
+
+
+def test_a_pull_parked_on_the_slave_wakes_when_the_copy_arrives():
+    with EmbeddedCluster(brokers=1, slaves=1) as c:
+        c.create_topic("T", 1)
+        client = RawClient(c.slave("broker-a", 1).addr)
+        parked = client.send(PULL, pull_fields("T", sys_flag=4 | 2, suspend=20000))
+        wait_until(lambda: c._call(lambda: len(c._slaves["broker-a"][0].long_poll)), 5,
+                   "the pull parked on the slave")
+        c.append("T", "broker-a", 0, [b"wake"])
+        answer = parked.result(10)
+        assert answer.code == 0 and answer.remark == "FOUND"
+        assert [m.body for m in decode_messages(answer.body)] == [b"wake"]
+
+
+# ------------------------------------------------------------------ SlaveSynchronize
+
+
+def test_slave_synchronize_copies_topics_and_offsets():
+    """SlaveSynchronize.syncTopicConfig replaces the slave's table; syncConsumerOffset puts the
+    master's entries over the slave's (putAll), keeping keys only the slave has."""
+    with EmbeddedCluster(brokers=1, slaves=1, slave_sync_interval=0.2) as c:
+        master = RawClient(c.broker("broker-a").addr)
+        slave = RawClient(c.slave("broker-a", 1).addr)
+        created = master.request(CREATE_TOPIC, {
+            "topic": "OnlyOnMaster", "defaultTopic": "TBW102", "readQueueNums": "3",
+            "writeQueueNums": "3", "perm": "6", "topicFilterType": "SINGLE_TAG"})
+        assert created.code == 0
+        assert master.request(UPDATE_OFFSET, offset_fields("GM", "OnlyOnMaster", 2, 7)).code == 0
+        assert slave.request(UPDATE_OFFSET, offset_fields("GS", "OnlyOnMaster", 0, 4)).code == 0
+        wait_until(lambda: c.node_consumer_offset("GM", "OnlyOnMaster", "broker-a", 2, 1) == 7,
+                   10, "the master's offset on the slave")
+        config = c._call(lambda: c._slaves["broker-a"][0].store.topics.get("OnlyOnMaster"))
+        assert (config.read_queue_nums, config.write_queue_nums, config.perm) == (3, 3, 6)
+        assert c.node_consumer_offset("GS", "OnlyOnMaster", "broker-a", 0, 1) == 4
+        # the master's later commit of the slave's key wins at the next round
+        assert master.request(UPDATE_OFFSET, offset_fields("GS", "OnlyOnMaster", 0, 9)).code == 0
+        assert c.sync_slaves() == 1
+        answer = slave.request(QUERY_OFFSET, offset_fields("GS", "OnlyOnMaster", 0))
+        assert answer.ext_fields == {"offset": "9"}
+
+
+def test_no_sync_while_the_master_is_down():
+    with EmbeddedCluster(brokers=1, slaves=1) as c:
+        c.broker("broker-a").stop()
+        assert c.sync_slaves() == 0
+
+
+# ------------------------------------------------------------------ suggestWhichBrokerId
+
+
+def _suggestions(c, node, offsets, queue_id=0):
+    client = RawClient(node.addr)
+    out = []
+    for offset in offsets:
+        answer = client.request(PULL, pull_fields("T", queue_id, offset, max_nums=1))
+        out.append((answer.code, answer.remark, answer.ext_fields["suggestWhichBrokerId"]))
+    return out
+
+
+def test_master_sends_a_lagging_consumer_to_the_slave_with_slave_read_enable():
+    """PullMessageProcessor: with slaveReadEnable, whichBrokerWhenConsumeSlowly (1) when the
+    last message pulled lies further than accessMessageInMemoryMaxRatio (40) % of memory from
+    the commit log's end (DefaultMessageStore.getMessage), else the group's brokerId (0); the
+    slave decides the same way. memory_bytes=10,000: a lag of more than 4,000 bytes."""
+    with EmbeddedCluster(brokers=1, slaves=1, slave_read_enable=True,
+                         memory_bytes=10_000) as c:
+        c.create_topic("T", 1)
+        c.append("T", "broker-a", 0, [b"x" * 900] * 20)
+        c.wait_replicated()
+        for node in c.brokers_of("broker-a"):
+            assert _suggestions(c, node, [0, 19]) == [(0, "FOUND", "1"), (0, "FOUND", "0")]
+
+
+def test_without_slave_read_enable_every_answer_suggests_the_master():
+    with EmbeddedCluster(brokers=1, slaves=1, memory_bytes=10_000) as c:
+        c.create_topic("T", 1)
+        c.append("T", "broker-a", 0, [b"x" * 900] * 20)
+        c.wait_replicated()
+        for node in c.brokers_of("broker-a"):
+            assert _suggestions(c, node, [0, 19]) == [(0, "FOUND", "0")] * 2
+
+
+def test_suggest_broker_id_forces_the_answer():
+    with EmbeddedCluster(brokers=1, suggest_broker_id=2) as c:
+        c.create_topic("T", 1)
+        c.append("T", "broker-a", 0, [b"x"] * 3)
+        assert _suggestions(c, c.broker("broker-a"), [0, 2]) == [(0, "FOUND", "2")] * 2
+
+
+# ------------------------------------------------------------------ what a slave refuses
+
+
+@pytest.fixture(scope="module")
+def pair():
+    with EmbeddedCluster(brokers=1, slaves=1) as c:
+        c.create_topic("T", 1)
+        c.append("T", "broker-a", 0, [b"m%d" % i for i in range(5)])
+        c.wait_replicated()
+        yield c
+
+
+def test_slave_does_not_correct_offsets(pair):
+    """PullMessageProcessor: a slave (offsetCheckInSlave off) turns PULL_OFFSET_MOVED into
+    PULL_RETRY_IMMEDIATELY suggesting the group's brokerId; the master answers 21."""
+    master, slave = pair.brokers_of("broker-a")
+    assert _suggestions(pair, master, [9]) == [(21, "OFFSET_OVERFLOW_BADLY", "0")]
+    assert _suggestions(pair, slave, [9]) == [(20, "OFFSET_OVERFLOW_BADLY", "0")]
+
+
+def test_a_pull_does_not_commit_on_the_slave(pair):
+    """PullMessageProcessor: storeOffsetEnable is false on a slave (the commit-offset flag of a
+    pull is ignored there; UPDATE_CONSUMER_OFFSET is not, as the capture shows)."""
+    slave = RawClient(pair.slave("broker-a", 1).addr)
+    answer = slave.request(PULL, pull_fields("T", 0, 2, sys_flag=1 | 4, commit=2))
+    assert answer.code == 0
+    assert pair.node_consumer_offset("G", "T", "broker-a", 0, 1) is None
+    master = RawClient(pair.broker("broker-a").addr)
+    assert master.request(PULL, pull_fields("T", 0, 2, sys_flag=1 | 4, commit=2)).code == 0
+    assert pair.node_consumer_offset("G", "T", "broker-a", 0, 0) == 2
+
+
+def test_slave_refuses_end_transaction(pair):
+    """EndTransactionProcessor: SLAVE_NOT_AVAILABLE before looking at the transaction; the
+    remark is createResponseCommand's default."""
+    slave = RawClient(pair.slave("broker-a", 1).addr)
+    answer = slave.request(END_TRANSACTION, {
+        "producerGroup": "P", "tranStateTableOffset": "0", "commitLogOffset": "0",
+        "commitOrRollback": "8", "fromTransactionCheck": "false", "msgId": "X"})
+    assert (answer.code, answer.remark, answer.ext_fields) == \
+        (11, "not set any response code", None)
