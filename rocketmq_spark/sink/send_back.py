@@ -24,19 +24,18 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 import pyarrow as pa
 
-from ..client.broker import command
-from ..client.errors import RocketMQError
-from ..client.namespace import wrap
+from ..client.errors import BrokerUnavailable, RocketMQError
+from ..client.namespace import retry_topic, wrap
 from ..client.producer import Producer
 from ..client.protocol.codes import ResponseCode
 from ..client.pull import response_error
+from ..client.send_back import send_back_command
 from .ids import TaskIdentity
 from .options import SinkOptions
 from .send_back_columns import SendBackPlan
 from .send_back_fallback import send_to_retry_topic
 
 log = logging.getLogger(__name__)
-CONSUMER_SEND_MSG_BACK = 36
 IN_FLIGHT = 64  # requests sent before their answers are awaited
 
 
@@ -116,16 +115,6 @@ def messages_of(batch: pa.RecordBatch, plan: SendBackPlan, first_row: int) -> Li
     return out
 
 
-def send_back_request(message: MessageRead, group: str, origin_topic: str,
-                      max_reconsume_times: int):
-    """CONSUMER_SEND_MSG_BACK's header (ConsumerSendMsgBackRequestHeader) as Java's
-    ``MQClientAPIImpl.consumerSendMessageBack`` fills it."""
-    return command(CONSUMER_SEND_MSG_BACK, {
-        "offset": message.commit_log_offset, "group": group, "delayLevel": message.delay_level,
-        "originMsgId": message.msg_id, "originTopic": origin_topic, "unitMode": False,
-        "maxReconsumeTimes": max_reconsume_times, "bname": message.broker_name})
-
-
 class SendBack:
     """Sends one task's rows back for ``options.send_back``, over the process's producer."""
 
@@ -139,14 +128,19 @@ class SendBack:
         self.stats = SendBackStats()
 
     def _address(self, message: MessageRead) -> str:
-        """The master of the row's broker, from the route of the topic it was read from (as
-        Java's ``findBrokerAddressInPublish``)."""
-        route = self.producer.names.route(wrap(self.namespace, message.topic))
-        broker = route.broker(message.broker_name)
-        if broker is None or broker.master_addr is None:
-            raise RocketMQError(f"broker {message.broker_name} has no master in the route of "
-                                f"{message.topic}")
-        return broker.master_addr
+        """The master of the row's broker (as Java's ``findBrokerAddressInPublish``), from the
+        route of the topic it was read from, else of the group's retry topic (a row read
+        from a retry queue carries its original topic)."""
+        for topic in (wrap(self.namespace, message.topic),
+                      retry_topic(self.namespace, self.options.send_back or "")):
+            try:
+                broker = self.producer.names.route(topic).broker(message.broker_name)
+            except RocketMQError:
+                continue
+            if broker is not None and broker.master_addr:
+                return broker.master_addr
+        raise BrokerUnavailable(message.broker_name, f"no master of {message.broker_name} is in "
+                                f"the route of {message.topic} or of the group's retry topic")
 
     def send(self, messages: Iterable[MessageRead]) -> None:
         """Send back every message (IN_FLIGHT at a time); each one a broker refuses goes to the
@@ -167,8 +161,9 @@ class SendBack:
             try:
                 address = self._address(message)
                 origin = wrap(self.namespace, message.topic)
-                request = send_back_request(message, self.group, origin,
-                                            self.options.max_reconsume_times)
+                request = send_back_command(
+                    message.commit_log_offset, self.group, message.delay_level, message.msg_id,
+                    origin, self.options.max_reconsume_times, broker_name=message.broker_name)
                 pending.append((message, address,
                                 self.producer.remoting.send(address, request)))
             except RocketMQError as exc:
