@@ -38,6 +38,7 @@ from .headers import java_bool, opt_int, req_int, req_long, req_str
 from .nameserver import FAQ_SUFFIX
 from .records import ensure_system_topic, tag_code
 from .schedule import delay_level, schedule_target
+from .send_back import RETRY_PREFIX, Refusal, retry_send_target
 from .slave_role import store_refusal
 from .store import TopicConfig
 from .transactions import (
@@ -45,7 +46,6 @@ from .transactions import (
 )
 
 V2_KEYS = {short: name for name, short in SEND_V2_KEYS.items()}  # short key -> V1 name
-RETRY_PREFIX = "%RETRY%"
 VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 VALID_TOPIC_TEXT = "^[%|a-zA-Z0-9_-]+$"
 TOPIC_MAX_LENGTH = 127
@@ -100,6 +100,7 @@ class _SendRequest:
     properties: Optional[str]
     reconsume_times: int
     batch: bool
+    max_reconsume_times: Optional[int]
 
     @classmethod
     def parse(cls, cmd: RemotingCommand) -> "_SendRequest":
@@ -111,7 +112,8 @@ class _SendRequest:
                    req_int(fields, "defaultTopicQueueNums"), req_int(fields, "queueId"),
                    req_int(fields, "sysFlag"), req_long(fields, "bornTimestamp"),
                    req_int(fields, "flag"), fields.get("properties"),
-                   opt_int(fields, "reconsumeTimes", 0) or 0, java_bool(fields.get("batch")))
+                   opt_int(fields, "reconsumeTimes", 0) or 0, java_bool(fields.get("batch")),
+                   opt_int(fields, "maxReconsumeTimes"))
 
 
 @dataclass(slots=True)
@@ -146,7 +148,12 @@ def handle_send(context: BrokerContext, conn, cmd: RemotingCommand) -> RemotingC
     if request.batch:
         run = _batch_run(context, request, queue_id, cmd.body)
     else:
-        run = _single_run(context, request, queue_id, cmd.body)
+        target = retry_send_target(context, cmd.version, request.topic,
+                                   request.reconsume_times, request.max_reconsume_times)
+        if isinstance(target, Refusal):
+            return cmd.make_response(target.code, dict(ext), target.remark,
+                                     version=opts.version)
+        run = _single_run(context, request, queue_id, cmd.body, target)
     if isinstance(run, tuple):
         return cmd.make_response(run[0], dict(ext), run[1], version=opts.version)
     if context.is_slave:  # the store refuses a slave's puts
@@ -237,19 +244,23 @@ def _batch_run(context: BrokerContext, request: _SendRequest, queue_id: int,
 
 
 def _single_run(context: BrokerContext, request: _SendRequest, queue_id: int,
-                body: bytes) -> Union[_Run, _Refusal]:
-    """One message, where it is kept: its queue, the half topic until END_TRANSACTION
-    (:mod:`.transactions`) or SCHEDULE_TOPIC_XXXX until due (:mod:`.schedule`)."""
+                body: bytes, dead_letter: Optional[Tuple[str, int]] = None
+                ) -> Union[_Run, _Refusal]:
+    """One message, where it is kept: its queue (or ``dead_letter``'s, a retry topic's
+    send past its max reconsume times, :mod:`.send_back`), the half topic until
+    END_TRANSACTION (:mod:`.transactions`) or SCHEDULE_TOPIC_XXXX until due
+    (:mod:`.schedule`)."""
     opts, properties = context.options, request.properties
-    store_topic, store_qid, sys_flag = request.topic, queue_id, request.sys_flag
+    topic, queue_id = dead_letter or (request.topic, queue_id)
+    store_topic, store_qid, sys_flag = topic, queue_id, request.sys_flag
     if is_half(properties):
         ensure_system_topic(context.store, HALF_TOPIC)
         store_topic, store_qid = HALF_TOPIC, 0
-        props = half_properties(properties, request.topic, queue_id, opts.cluster_name)
+        props = half_properties(properties, topic, queue_id, opts.cluster_name)
         sys_flag = with_transaction_type(sys_flag, TRANSACTION_NOT_TYPE)
     else:
         props = stored_properties(properties, opts.cluster_name)
-        delayed = schedule_target(properties, request.topic, queue_id, opts.cluster_name,
+        delayed = schedule_target(properties, topic, queue_id, opts.cluster_name,
                                   len(opts.delay_levels))
         if delayed is not None:
             store_topic, store_qid, props = delayed
