@@ -20,7 +20,8 @@ pytest; every subcommand prints one JSON document on stdout (logs go to ~/logs/r
 ``{"started": true}`` once it has started, so read the last line. Each message has topic,
 tags, keys, body (text; bodies are read through a C string, so they end at the first NUL byte),
 id, queue_id, queue_offset, store_size, commit_log_offset, born/store timestamps and the user
-properties named with ``--props``.
+properties named with ``--props``. ``push --fail-keys K1,K2`` fails the first delivery of those
+messages (they are listed under ``failed``), which the client then sends back.
 """
 from __future__ import annotations
 
@@ -156,16 +157,22 @@ def pull(args) -> dict:
 def push(args) -> dict:
     from rocketmq.client import PushConsumer
 
-    got = []
+    got, failed = [], []
     lock = threading.Lock()
     done = threading.Event()
 
     def on_message(msg):
+        if _text(msg.keys) in args.fail_keys and msg.reconsume_times < args.fail_times:
+            with lock:
+                failed.append(_message_json(msg, args.props))
+            raise RuntimeError("fail on purpose")  # RECONSUME_LATER: the client sends it back
         with lock:
             got.append(_message_json(msg, args.props))
             if len(got) >= args.expect:
                 done.set()
 
+    while args.start_file and not os.path.exists(args.start_file):
+        time.sleep(0.05)  # the test sets the scene first (it may depend on our pid)
     consumer = PushConsumer(args.group)
     consumer.set_namesrv_addr(args.namesrv)
     if args.access_key:
@@ -184,7 +191,7 @@ def push(args) -> dict:
     finally:
         consumer.shutdown()
     with lock:
-        return {"messages": list(got)}
+        return {"messages": list(got), "failed": list(failed)}
 
 
 def main(argv=None) -> int:
@@ -216,6 +223,12 @@ def main(argv=None) -> int:
                            "whose share is not known in advance)")
             s.add_argument("--timeout", type=float, default=30.0)
             s.add_argument("--linger", type=float, default=0.0)
+            s.add_argument("--fail-keys", type=lambda v: set(x for x in v.split(",") if x),
+                           default=set(), help="fail the first delivery of messages with these "
+                           "keys (RECONSUME_LATER: the client sends them back)")
+            s.add_argument("--start-file", help="start the consumer once this file exists")
+            s.add_argument("--fail-times", type=int, default=1, help="fail those messages' "
+                           "deliveries while their reconsume times are below this")
     args = p.parse_args(argv)
     result = {"produce": produce, "pull": pull, "push": push}[args.command](args)
     print(json.dumps(result), flush=True)
