@@ -43,6 +43,7 @@ GENUINE_BROKER = "127.0.0.1:10911"
 GENUINE_HOST_HEX = pack_host(GENUINE_BROKER)[0].hex().upper()
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 SEND_BACK, SEND, PULL, MAX_OFFSET, ROUTE = 36, 10, 11, 30, 105
+UPDATE_SUBSCRIPTION_GROUP = 200
 # the default table's 18 levels, in milliseconds instead of seconds and minutes
 FAST_DELAYS = " ".join(f"{n}ms" for n in range(10, 190, 10))
 RETRY, DLQ = "%RETRY%CapRetryGroup", "%DLQ%CapRetryGroup"
@@ -442,3 +443,35 @@ def test_cpp_push_consumer_failing_for_good_fills_the_dlq(quick_cluster, unique_
         (keys, 0), (keys, 1), (keys, 2)]
     assert [(m.keys, m.reconsume_times, m.properties["DELAY"], m.properties["RETRY_TOPIC"])
             for m in dead] == [(keys, 3, "0", topic)]
+
+
+def test_a_groups_own_retry_settings(quick_cluster, unique_name):
+    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (mqadmin updateSubGroup) sets a group's
+    retryQueueNums and retryMaxTimes: 0 retry queues drop a sent-back message (SUCCESS,
+    nothing stored, no retry topic); 3 queues make a 3-queue retry topic; retryMaxTimes 1
+    sends the second failure to the DLQ (AdminBrokerProcessor, asyncConsumerSendMsgBack)."""
+    topic, dropping, wide = (unique_name("SbTopic"), unique_name("SbDrop"),
+                             unique_name("SbWide"))
+    quick_cluster.create_topic(topic, 1)
+    with RawClient(quick_cluster.broker("broker-a").addr) as client:
+        for group, queues, times in ((dropping, 0, 16), (wide, 3, 1)):
+            body = json.dumps({"groupName": group, "retryQueueNums": queues,
+                               "retryMaxTimes": times, "consumeEnable": True}).encode()
+            answer = client.request(UPDATE_SUBSCRIPTION_GROUP, {}, body)
+            assert (answer.code, answer.remark) == (0, None)
+        offset = _send(client, topic, "KEYS\x01w")
+        assert _send_back(client, offset, dropping).code == 0
+        assert _route(quick_cluster, RETRY_PREFIX + dropping).code == ResponseCode.TOPIC_NOT_EXIST
+        assert _send_back(client, offset, wide).code == 0
+        route = TopicRouteData.from_json(_route(quick_cluster, RETRY_PREFIX + wide).body)
+        assert [(q.read_queue_nums, q.write_queue_nums, q.perm) for q in route.queue_datas] == \
+            [(3, 3, 6)]
+
+        def redelivered():
+            return [m for q in range(3) for m in _pull_all(client, RETRY_PREFIX + wide, q)]
+        again = wait_until(redelivered, 5, "the redelivery")
+        assert _send_back(client, again[0].physical_offset, wide).code == 0
+        assert [m.reconsume_times for m in _pull_all(client, DLQ_PREFIX + wide)] == [2]
+        answer = client.request(UPDATE_SUBSCRIPTION_GROUP, {}, b"[1]")
+        assert answer.code == ResponseCode.SYSTEM_ERROR
+        assert answer.remark.startswith("com.alibaba.fastjson.JSONException")

@@ -40,6 +40,9 @@ from .replication import HaReplication, SlaveSynchronize
 from .server import RemotingServer, ServerConnection
 from .slave_role import end_transaction_refusal
 from .store import BrokerStore, TopicConfig
+from .subscription_groups import (
+    UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, handle_update_subscription_group,
+)
 from .tls import TlsSettings
 from .transaction_check import TransactionCheckService
 from .transactions import END_TRANSACTION, EndTransactionHandler
@@ -110,6 +113,8 @@ class Broker:
             END_TRANSACTION: self.end_transaction.handle if master is None
             else lambda c, r: end_transaction_refusal(self.context, r),
             CONSUMER_SEND_MSG_BACK: lambda c, r: handle_send_back(self.context, c, r),
+            UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: lambda c, r: handle_update_subscription_group(
+                self.clients.subscription_groups, r, options.version),
             CHECK_CLIENT_CONFIG: lambda c, r: check_client_config(
                 options.enable_property_filter, r, options.version),
         }

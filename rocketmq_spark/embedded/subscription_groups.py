@@ -12,9 +12,14 @@ auto-created group comes back the same after a restart, a group set with :meth:`
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Dict, Optional
 
+from ..client.protocol.codes import ResponseCode
+from ..client.protocol.frame import RemotingCommand
+
+UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200  # RequestCode
 SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"  # MixAll.isSysConsumerGroup
 DEFAULT_RETRY_MAX_TIMES = 16
 
@@ -48,3 +53,30 @@ class SubscriptionGroups:
     def put(self, config: SubscriptionGroupConfig) -> None:
         """Create or replace a group's config (``mqadmin updateSubGroup``)."""
         self.table[config.group_name] = config
+
+
+def handle_update_subscription_group(groups: SubscriptionGroups, cmd: RemotingCommand,
+                                     version: int) -> RemotingCommand:
+    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200, ``mqadmin updateSubGroup``): the body is the
+    group's SubscriptionGroupConfig as JSON; fields left out keep Java's defaults. Answered
+    SUCCESS with no remark (AdminBrokerProcessor.updateAndCreateSubscriptionGroup)."""
+    try:
+        data = json.loads(cmd.body.decode("utf-8") or "null")
+        if data is not None:
+            if not isinstance(data, dict):
+                raise ValueError("the body is not a JSON object")
+            groups.put(SubscriptionGroupConfig(
+                str(data.get("groupName") or ""),
+                retry_queue_nums=_json_int(data, "retryQueueNums", 1),
+                retry_max_times=_json_int(data, "retryMaxTimes", DEFAULT_RETRY_MAX_TIMES)))
+    except (UnicodeDecodeError, ValueError, TypeError) as exc:
+        return cmd.make_response(ResponseCode.SYSTEM_ERROR, None,
+                                 f"com.alibaba.fastjson.JSONException: {exc}", version=version)
+    return cmd.make_response(ResponseCode.SUCCESS, None, None, version=version)
+
+
+def _json_int(data: dict, key: str, default: int) -> int:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"{key} is not a number: {value!r}")
+    return int(value)
