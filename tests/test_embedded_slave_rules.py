@@ -10,6 +10,7 @@ import pytest
 from raw_client import RawClient
 from rocketmq_spark.client.protocol.message import decode_messages
 from rocketmq_spark.embedded import EmbeddedCluster
+from rocketmq_spark.embedded.subscription_groups import SubscriptionGroupConfig
 from waiting import wait_until
 
 PULL, QUERY_OFFSET, UPDATE_OFFSET, CREATE_TOPIC, END_TRANSACTION = 11, 14, 15, 17, 37
@@ -73,8 +74,9 @@ def test_a_pull_parked_on_the_slave_wakes_when_the_copy_arrives():
 
 
 def test_slave_synchronize_copies_topics_and_offsets():
-    """SlaveSynchronize.syncTopicConfig replaces the slave's table; syncConsumerOffset puts the
-    master's entries over the slave's (putAll), keeping keys only the slave has."""
+    """SlaveSynchronize.syncTopicConfig and syncSubscriptionGroupConfig replace the slave's
+    tables; syncConsumerOffset puts the master's entries over the slave's (putAll), keeping keys
+    only the slave has."""
     with EmbeddedCluster(brokers=1, slaves=1, slave_sync_interval=0.2) as c:
         master = RawClient(c.broker("broker-a").addr)
         slave = RawClient(c.slave("broker-a", 1).addr)
@@ -89,6 +91,10 @@ def test_slave_synchronize_copies_topics_and_offsets():
         config = c._call(lambda: c._slaves["broker-a"][0].store.topics.get("OnlyOnMaster"))
         assert (config.read_queue_nums, config.write_queue_nums, config.perm) == (3, 3, 6)
         assert c.node_consumer_offset("GS", "OnlyOnMaster", "broker-a", 0, 1) == 4
+        group = SubscriptionGroupConfig("GM", retry_queue_nums=2, retry_max_times=3)
+        c._call(c._broker("broker-a").clients.subscription_groups.put, group)
+        wait_until(lambda: c._call(lambda: c._slaves["broker-a"][0].clients.subscription_groups
+                                   .table.get("GM")) == group, 10, "the group on the slave")
         # the master's later commit of the slave's key wins at the next round
         assert master.request(UPDATE_OFFSET, offset_fields("GS", "OnlyOnMaster", 0, 9)).code == 0
         assert c.sync_slaves() == 1

@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 from ..client.protocol.codes import PERM_READ, PERM_WRITE
 from .broker import Broker
+from .broker_handle import BrokerHandle
 from .cluster_faults import ClusterFaults
 from .cluster_slaves import ClusterSlaves
 from .direct_writes import append_messages
@@ -43,47 +44,6 @@ def broker_name(index: int) -> str:
         index, rem = divmod(index - 1, 26)
         name = letters[rem] + name
     return f"broker-{name}"
-
-
-class BrokerHandle:
-    """A broker as tests see it: name, address, and stop/start on the same port."""
-
-    def __init__(self, cluster: "EmbeddedCluster", broker: Broker):
-        self._cluster = cluster
-        self._broker = broker
-
-    @property
-    def name(self) -> str:
-        return self._broker.name
-
-    @property
-    def addr(self) -> str:
-        return self._broker.addr
-
-    @property
-    def port(self) -> int:
-        return self._broker.port
-
-    @property
-    def running(self) -> bool:
-        return self._broker.running
-
-    @property
-    def broker_id(self) -> int:
-        """0 for a master, 1, 2, ... for its slaves."""
-        return self._broker.broker_id
-
-    def stop(self) -> None:
-        """Close the listener and all connections; the broker leaves every route."""
-        self._cluster._call(self._broker.stop)
-
-    def start(self) -> None:
-        """Listen again on the same port with the same data, and re-register."""
-        self._cluster._call(self._broker.start)
-
-    def __repr__(self) -> str:
-        return (f"<broker {self.name}/{self.broker_id} {self.addr} "
-                f"{'running' if self.running else 'stopped'}>")
 
 
 class EmbeddedCluster(ClusterFaults, ClusterSlaves):
@@ -335,6 +295,9 @@ class EmbeddedCluster(ClusterFaults, ClusterSlaves):
 
     def _broker(self, name: str) -> Broker:
         return self.broker(name)._broker
+
+    def _handle(self, broker: Broker) -> BrokerHandle:
+        return BrokerHandle(self, broker)
 
     # ---------------------------------------------------------------- topics and data
 

@@ -10,15 +10,17 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Dict, List, Optional
 
+from .broker_handle import BrokerHandle
+
 if TYPE_CHECKING:  # pragma: no cover
     from .broker import Broker
-    from .cluster import BrokerHandle
 
 
 class ClusterSlaves:
     """Slave methods of :class:`~.cluster.EmbeddedCluster` (mixed into it).
 
-    They rely on the cluster's ``_call``, ``_broker``, ``_slaves`` and ``broker``."""
+    They rely on the cluster's ``_call``, ``_broker``, ``_handle``, ``_slaves`` and
+    ``broker``."""
 
     _slaves: Dict[str, List["Broker"]]
 
@@ -38,13 +40,11 @@ class ClusterSlaves:
                            f"{[s.broker_id for s in slaves]}")
         return slaves[broker_id - 1]
 
-    def slave(self, broker_name: str, broker_id: int = 1) -> "BrokerHandle":
+    def slave(self, broker_name: str, broker_id: int = 1) -> BrokerHandle:
         """The handle of a slave (address, ``stop()``/``start()`` on the same port)."""
-        from .cluster import BrokerHandle
+        return self._handle(self._node(broker_name, broker_id))
 
-        return BrokerHandle(self, self._node(broker_name, broker_id))
-
-    def brokers_of(self, broker_name: str) -> List["BrokerHandle"]:
+    def brokers_of(self, broker_name: str) -> List[BrokerHandle]:
         """The master and its slaves, by brokerId."""
         return [self.broker(broker_name)] + [self.slave(broker_name, s.broker_id)
                                              for s in self._slaves.get(broker_name, [])]

@@ -13,18 +13,20 @@ that (the lag is up to ``replication_interval``) without a second wire protocol 
   store host and store times), and the slave's parked pulls wake.
 * :class:`SlaveSynchronize`: every ``slave_sync_interval`` seconds (first after 3 s or the
   interval, whichever is shorter), while the master runs, the slave takes the master's topic
-  configs (the whole table, replaced) and consumer offsets (per topic@group, overwritten; the
-  slave keeps keys only it has). The embedded store keeps the schedule service's delay offsets
-  among the consumer offsets, so they come along (GET_ALL_DELAY_OFFSET's data); there are no
-  subscription group configs to copy (GET_ALL_SUBSCRIPTIONGROUP_CONFIG's).
+  configs and subscription groups (each table replaced whole when it differs, as when the
+  master's dataVersion moved) and consumer offsets (per topic@group, overwritten; the slave
+  keeps keys only it has). The embedded store keeps the schedule service's delay offsets among
+  the consumer offsets, so they come along (GET_ALL_DELAY_OFFSET's data).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from typing import List, Optional, Protocol, Tuple
 
 from .commitlog import tag_code_of
+from .consumers import ClientRegistry
 from .context import BrokerContext
 from .records import properties_text
 from .store import BrokerStore, TopicConfig
@@ -38,6 +40,7 @@ class Master(Protocol):
     """What a slave reads of its master."""
 
     store: BrokerStore
+    clients: ClientRegistry
 
     @property
     def running(self) -> bool: ...
@@ -145,6 +148,12 @@ class SlaveSynchronize(_Periodic):
             target.topics.update(topics)
         for key, table in source.offsets.items():
             target.offsets[key] = dict(table)
+        groups = {name: replace(config) for name, config in
+                  self.master.clients.subscription_groups.table.items()}
+        table = self.slave.clients.subscription_groups.table
+        if groups != table:
+            table.clear()
+            table.update(groups)
         target.mark_dirty(now=True)
         self.rounds += 1
         return 1
