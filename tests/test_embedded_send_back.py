@@ -43,7 +43,7 @@ GENUINE_BROKER = "127.0.0.1:10911"
 GENUINE_HOST_HEX = pack_host(GENUINE_BROKER)[0].hex().upper()
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 SEND_BACK, SEND, PULL, MAX_OFFSET, ROUTE = 36, 10, 11, 30, 105
-UPDATE_SUBSCRIPTION_GROUP = 200
+UPDATE_SUBSCRIPTION_GROUP, HEART_BEAT = 200, 34
 # the default table's 18 levels, in milliseconds instead of seconds and minutes
 FAST_DELAYS = " ".join(f"{n}ms" for n in range(10, 190, 10))
 RETRY, DLQ = "%RETRY%CapRetryGroup", "%DLQ%CapRetryGroup"
@@ -475,3 +475,26 @@ def test_a_groups_own_retry_settings(quick_cluster, unique_name):
         answer = client.request(UPDATE_SUBSCRIPTION_GROUP, {}, b"[1]")
         assert answer.code == ResponseCode.SYSTEM_ERROR
         assert answer.remark.startswith("com.alibaba.fastjson.JSONException")
+
+
+def test_heartbeat_creates_the_retry_topic_of_known_groups(unique_name):
+    """A consumer's heartbeat creates %RETRY%<group> with the group's retryQueueNums queues;
+    when groups are not auto-created, an unknown group gets none (ClientManageProcessor)."""
+    known, unknown = unique_name("SbKnown"), unique_name("SbUnknown")
+
+    def heartbeat(client, group):
+        body = json.dumps({"clientID": "c1", "producerDataSet": [], "consumerDataSet": [{
+            "groupName": group, "consumeType": "CONSUME_PASSIVELY",
+            "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+            "subscriptionDataSet": [], "unitMode": False}]}).encode()
+        assert client.request(HEART_BEAT, {}, body).code == 0
+
+    with EmbeddedCluster(brokers=1, auto_create_subscription_group=False) as cluster:
+        with RawClient(cluster.broker("broker-a").addr) as client:
+            client.request(UPDATE_SUBSCRIPTION_GROUP, {}, json.dumps(
+                {"groupName": known, "retryQueueNums": 2}).encode())
+            heartbeat(client, known)
+            heartbeat(client, unknown)
+        route = TopicRouteData.from_json(_route(cluster, RETRY_PREFIX + known).body)
+        assert [(q.read_queue_nums, q.perm) for q in route.queue_datas] == [(2, 6)]
+        assert _route(cluster, RETRY_PREFIX + unknown).code == ResponseCode.TOPIC_NOT_EXIST

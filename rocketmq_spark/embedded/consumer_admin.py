@@ -11,7 +11,7 @@ import logging
 import time
 from typing import Dict, Optional
 
-from ..client.protocol.codes import PERM_READ, PERM_WRITE, RequestCode, ResponseCode
+from ..client.protocol.codes import RequestCode, ResponseCode
 from ..client.protocol.frame import RemotingCommand
 from ..client.protocol.route import dumps_fastjson
 from .consumers import (
@@ -20,8 +20,7 @@ from .consumers import (
 )
 from .context import BrokerContext
 from .headers import req_str
-from .send import RETRY_PREFIX
-from .store import TopicConfig
+from .send_back import create_retry_topic_on_heartbeat
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +92,7 @@ class ConsumerAdmin:
         client_id = str(data.get("clientID") or "")
         for consumer in data.get("consumerDataSet") or []:
             group = str(consumer.get("groupName") or "")
-            retry = RETRY_PREFIX + group
-            if retry not in self.store.topics:
-                self.store.put_topic(TopicConfig(retry, 1, 1, PERM_READ | PERM_WRITE))
+            create_retry_topic_on_heartbeat(self.context, group, consumer.get("unitMode") is True)
             subs = [subscription_from_heartbeat(s)
                     for s in consumer.get("subscriptionDataSet") or []]
             self.clients.register_consumer(

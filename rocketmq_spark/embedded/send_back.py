@@ -203,3 +203,15 @@ def retry_send_target(context: BrokerContext, version: int, topic: str, reconsum
     dlq = DLQ_PREFIX + group
     create_send_back_topic(context.store, dlq, DLQ_QUEUE_NUMS)
     return dlq, random.randrange(99999999) % DLQ_QUEUE_NUMS
+
+
+def create_retry_topic_on_heartbeat(context: BrokerContext, group: str, unit_mode: bool) -> None:
+    """ClientManageProcessor.heartBeat: a consumer group's heartbeat finds (or auto-creates)
+    its subscription group and creates ``%RETRY%<group>`` with its retryQueueNums queues;
+    a group the broker does not know and will not create gets no retry topic."""
+    opts = context.options
+    sub = context.clients.subscription_groups.find(
+        group, opts.auto_create_subscription_group, opts.retry_max_times)
+    if sub is not None:
+        create_send_back_topic(context.store, RETRY_PREFIX + group, sub.retry_queue_nums,
+                               UNIT_SUB_SYS_FLAG if unit_mode else 0)
