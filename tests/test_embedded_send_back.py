@@ -498,3 +498,19 @@ def test_heartbeat_creates_the_retry_topic_of_known_groups(unique_name):
         route = TopicRouteData.from_json(_route(cluster, RETRY_PREFIX + known).body)
         assert [(q.read_queue_nums, q.perm) for q in route.queue_datas] == [(2, 6)]
         assert _route(cluster, RETRY_PREFIX + unknown).code == ResponseCode.TOPIC_NOT_EXIST
+
+
+def test_a_slave_refuses_send_backs_as_its_store_does(unique_name):
+    """On a slave the message is found (replicated) but the store refuses the put:
+    SYSTEM_ERROR with the put status's name (asyncConsumerSendMsgBack's default branch;
+    DefaultMessageStore refuses puts on a slave with SERVICE_NOT_AVAILABLE)."""
+    with EmbeddedCluster(brokers=1, slaves=1) as cluster:
+        cluster.create_topic("T", 1)
+        with RawClient(cluster.broker("broker-a").addr) as master:
+            offset = _send(master, "T", "KEYS\x01s")
+        with RawClient(cluster.slave("broker-a", 1).addr) as slave:
+            wait_until(lambda: _pull_all(slave, "T"), 10, "the message on the slave")
+            answer = _send_back(slave, offset, "G")
+            assert (answer.code, answer.remark) == (ResponseCode.SYSTEM_ERROR,
+                                                    "SERVICE_NOT_AVAILABLE")
+            assert _pull_all(slave, "%RETRY%G") == []

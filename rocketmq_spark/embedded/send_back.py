@@ -139,7 +139,7 @@ def handle_send_back(context: BrokerContext, conn, cmd: RemotingCommand) -> Remo
         props[DELAY] = str(delay_level or 3 + msg.reconsume_times)
     if not props.get(ORIGIN_MESSAGE_ID, "").strip():
         props[ORIGIN_MESSAGE_ID] = msg.offset_msg_id
-    if getattr(context, "is_slave", False):  # a slave's message store refuses every put
+    if context.is_slave:  # a slave's message store refuses every put
         return answer(ResponseCode.SYSTEM_ERROR, "SERVICE_NOT_AVAILABLE")
     if not _store_copy(context, msg, topic, queue_id, hashmap_properties(props)):
         return answer(ResponseCode.SYSTEM_ERROR, "MESSAGE_ILLEGAL")  # properties too long
