@@ -1,0 +1,155 @@
+"""Reads go on from a slave while its master is down: the client side, over real sockets.
+
+An embedded cluster of two brokers, each with a slave that copies its master (as a 4.9.8 slave:
+it answers GET_MIN/MAX_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP, PULL_MESSAGE and offset commits for
+its copy, captured in ``captures/rocketmq-4.9.8-slave``). The master of ``broker-a`` is stopped:
+its address leaves the route, as the genuine name server drops a master whose connection closed.
+Java's consumer pulls from the slave then (``MQClientInstance.findBrokerAddressInSubscribe``
+falls back from the master), follows each answer's ``suggestWhichBrokerId``
+(``PullAPIWrapper.updatePullFromWhichNode``) and commits offsets to the slave when no master is
+routed (``RemoteBrokerOffsetStore.updateConsumeOffsetToBroker``).
+"""
+from __future__ import annotations
+
+import pytest
+
+from rocketmq_spark.client import Message, Producer
+from rocketmq_spark.client.admin import Admin
+from rocketmq_spark.client.errors import RouteNotFound
+from rocketmq_spark.client.reader import QueueRangeReader, ReadSettings
+from rocketmq_spark.embedded.cluster import EmbeddedCluster
+from rocketmq_spark.source.group_requests import broker_nodes, heartbeat
+from rocketmq_spark.client.broker import Subscription
+
+from source_helpers import produce
+from waiting import wait_until
+
+
+@pytest.fixture
+def slaves():
+    """A cluster of its own: the tests stop and start its masters."""
+    with EmbeddedCluster(brokers=2, slaves=1) as cluster:
+        yield cluster
+
+
+def _ids(batches) -> list:
+    return [int(k) for b in batches for k in b.column("keys").to_pylist()]
+
+
+def test_lookups_and_commits_go_to_the_slave_then_back_to_the_master(slaves):
+    slaves.create_topic("T", queues=2)
+    sent = produce(slaves.namesrv_addr, "T", range(200))
+    slaves.wait_replicated()
+    slaves.sync_slaves()  # the slaves copy the topic config (every 10 s by themselves)
+    with Admin(slaves.namesrv_addr) as admin:
+        queues = admin.queues("T", refresh=True)
+        before = admin.offsets("max", queues)
+        assert before == {mq: len(ids) for mq, ids in sent.items()}
+        slaves.broker("broker-a").stop()
+
+        # every lookup is answered, broker-a's by its slave (brokerId 1), broker-b's by its master
+        for kind in ("max", "min", "committed"):
+            answers = admin.offsets_by_node(kind, queues, group="G")
+            assert {mq.broker_name: node for mq, (_, node) in answers.items()} == {
+                "broker-a": 1, "broker-b": 0}, kind
+        assert admin.offsets("max", queues) == before
+        assert admin.offsets("min", queues) == {mq: 0 for mq in queues}
+        a0 = next(mq for mq in queues if mq.broker_name == "broker-a")
+        assert admin.offsets("timestamp", [a0], timestamp_ms=0)[a0] == 0
+        assert all(isinstance(t, int) for t in admin.store_times({a0: 5}).values())
+
+        # commits: broker-a's to its slave, which serves them back
+        assert admin.commit_offsets("G", {mq: 7 for mq in queues}) == {}
+        assert slaves.node_consumer_offset("G", "T", "broker-a", a0.queue_id, 1) == 7
+        assert slaves.node_consumer_offset("G", "T", "broker-a", a0.queue_id, 0) is None
+        assert admin.offsets("committed", queues, group="G") == {mq: 7 for mq in queues}
+
+        # the master comes back: lookups go there again, and it gets the slave's commits
+        slaves.broker("broker-a").start()
+        wait_until(lambda: admin.names.route("T", refresh=True).broker("broker-a").master_addr,
+                   10, "broker-a's master in the route")
+        answers = admin.offsets_by_node("max", queues)
+        assert {mq.broker_name: node for mq, (_, node) in answers.items()} == {
+            "broker-a": 0, "broker-b": 0}
+        assert slaves.node_consumer_offset("G", "T", "broker-a", a0.queue_id, 0) == 7
+        assert admin.offsets("committed", queues, group="G") == {mq: 7 for mq in queues}
+
+
+def test_a_master_that_cannot_be_reached_is_skipped_while_still_routed(slaves):
+    """The route is cached (30 s, as Java's client polls it): a lookup to a master that went
+    away since fails to connect and is asked again at a slave at once."""
+    slaves.create_topic("T", queues=1)
+    produce(slaves.namesrv_addr, "T", range(10))
+    slaves.wait_replicated()
+    slaves.sync_slaves()  # the slaves copy the topic config (every 10 s by themselves)
+    with Admin(slaves.namesrv_addr) as admin:
+        queues = admin.queues("T", refresh=True)
+        assert admin.names.route("T").broker("broker-a").master_addr  # cached with the master
+        slaves.broker("broker-a").stop()
+        answers = admin.offsets_by_node("max", queues)
+        assert {mq.broker_name: answer for mq, answer in answers.items()} == {
+            "broker-a": (5, 1), "broker-b": (5, 0)}
+        assert admin.commit_offsets("G", {mq: 1 for mq in queues}) == {}
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
+def test_pulls_follow_the_suggested_broker_and_fall_back_to_the_slave(native):
+    """A master with slaveReadEnable sends a consumer that lags far behind to its slave
+    (suggestWhichBrokerId 1); the slave, not lagging, sends it back (0). With the master
+    stopped, the read goes on from the slave. Both pull loops."""
+    with EmbeddedCluster(brokers=1, slaves=1, slave_read_enable=True,
+                         memory_bytes=50_000) as cluster:
+        cluster.create_topic("T", queues=1)
+        produce(cluster.namesrv_addr, "T", range(2000))
+        cluster.wait_replicated()
+        cluster.sync_slaves()
+        with Admin(cluster.namesrv_addr) as admin:
+            mq = admin.queues("T", refresh=True)[0]
+            asked = []
+
+            def resolve(queue, broker_id, refresh):
+                address = admin.address(queue, broker_id, refresh)
+                asked.append((broker_id, address))
+                return address
+
+            settings = ReadSettings(consumer_group="G", native=native, pipeline_depth=4)
+            reader = QueueRangeReader(admin.brokers, resolve, mq, 0, 2000, settings)
+            assert _ids(reader) == list(range(2000))
+            master, slave = (b.addr for b in cluster.brokers_of(mq.broker_name))
+            assert (1, slave) in asked and asked[0] == (0, master)
+            assert (0, master) in asked[asked.index((1, slave)):]  # sent back by the slave
+
+            cluster.broker(mq.broker_name).stop()
+            asked.clear()
+            reader = QueueRangeReader(admin.brokers, resolve, mq, 100, 400, settings)
+            assert _ids(reader) == list(range(100, 400))
+            # the cached route still names the master: one failed connection, then the slave
+            assert asked[-1][1] == slave and reader.retries <= 1
+
+
+def test_heartbeats_reach_the_slaves(slaves):
+    slaves.create_topic("T", queues=1)
+    slaves.sync_slaves()
+    with Admin(slaves.namesrv_addr) as admin:
+        nodes = broker_nodes(admin, ["T"])
+        assert {name: len(addrs) for name, addrs in nodes.items()} == {
+            "broker-a": 2, "broker-b": 2}
+        heartbeat(admin, [a for addrs in nodes.values() for a in addrs], "G",
+                  [Subscription("T")])
+        for name in ("broker-a", "broker-b"):
+            for handle in slaves.brokers_of(name):
+                assert admin.brokers.get_consumer_list_by_group(handle.addr, "G") == [
+                    admin.remoting.config.client_id]
+
+
+def test_sends_skip_a_broker_whose_master_is_down_and_say_so_when_all_are(slaves):
+    """Producers send to masters only (a slave refuses sends: code 14 in the capture)."""
+    slaves.create_topic("T", queues=2)
+    slaves.broker("broker-a").stop()
+    with Producer(slaves.namesrv_addr) as producer:
+        results = [producer.send(Message("T", b"x")) for _ in range(8)]
+        assert {r.queue.broker_name for r in results} == {"broker-b"}
+        slaves.broker("broker-b").stop()
+        with pytest.raises(RouteNotFound, match="no master of broker-a, broker-b is in the "
+                                                "route"):
+            producer.send(Message("T", b"y"))
