@@ -18,6 +18,9 @@ from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.client.errors import RouteNotFound
 from rocketmq_spark.client.reader import QueueRangeReader, ReadSettings
 from rocketmq_spark.embedded.cluster import EmbeddedCluster
+from rocketmq_spark.source.offset_reader import OffsetReader
+from rocketmq_spark.source.options import parse_source_options
+from rocketmq_spark.source.planning import next_end
 from rocketmq_spark.source.group_requests import broker_nodes, heartbeat
 from rocketmq_spark.client.broker import Subscription
 
@@ -153,3 +156,37 @@ def test_sends_skip_a_broker_whose_master_is_down_and_say_so_when_all_are(slaves
         with pytest.raises(RouteNotFound, match="no master of broker-a, broker-b is in the "
                                                 "route"):
             producer.send(Message("T", b"y"))
+
+
+def test_a_slave_that_trails_its_masters_max_holds_the_queue_instead_of_losing_it():
+    """Asynchronous replication: the slave misses what its master stored last. Planned to the
+    master's max before it went down, the queue must not look truncated (data loss) when the
+    slave answers less: it makes no progress until the master is back."""
+    # the slave copies every 3 s: just after a round, what the master stores next stays
+    # on the master alone for that long
+    with EmbeddedCluster(brokers=1, slaves=1, replication_interval=3.0) as cluster:
+        cluster.create_topic("T", queues=1)
+        cluster.sync_slaves()
+        produce(cluster.namesrv_addr, "T", range(100))
+        cluster.wait_replicated(timeout=15)
+        produce(cluster.namesrv_addr, "T", range(100, 150))  # the slave misses these
+        options = parse_source_options({"nameServer": cluster.namesrv_addr, "subscribe": "T",
+                                        "failOnDataLoss": "true"}, streaming=True)
+        with Admin(cluster.namesrv_addr) as admin:
+            offsets = OffsetReader(options, admin)
+            mq = offsets.discover(force=True).queues[0]
+            assert offsets.max_offsets([mq], fresh=True) == {mq: 150}
+            start = {mq: 150}  # a batch read up to the master's max
+
+            cluster.broker("broker-a").stop()
+            assert cluster.node_max_offset("T", "broker-a", 0, 1) == 100
+            discovery = offsets.discover(force=True)
+            assert offsets.admin.offsets("max", [mq]) == {mq: 100}  # the slave's copy
+            latest = offsets.max_offsets([mq], fresh=True)
+            assert latest == {}  # held, not planned back to 100
+            assert next_end(start, discovery.queues, discovery.why_missing, latest, {},
+                            True) == start
+
+            cluster.broker("broker-a").start()
+            wait_until(lambda: offsets.max_offsets([mq], fresh=True) == {mq: 150} or None, 10,
+                       "the master's max again")
