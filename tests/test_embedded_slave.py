@@ -171,3 +171,65 @@ def test_cli_slaves():
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
+
+
+def _replay_to(addr: str, seq: int):
+    request = FRAMES[seq]["header"]
+    return RawClient(addr).request(request["code"], request.get("extFields"),
+                                   language="JAVA", version=request["version"])
+
+
+def test_master_answers_the_slaves_sync_requests():
+    """Seq 50-57: SlaveSynchronize's GET_ALL_TOPIC_CONFIG, GET_ALL_CONSUMER_OFFSET,
+    GET_ALL_DELAY_OFFSET and GET_ALL_SUBSCRIPTIONGROUP_CONFIG, asked of the master: the same
+    codes and ext fields; the topic table byte for byte once the embedded broker has the genuine
+    one's topics (it makes system topics only when used); the other bodies of the same form."""
+    genuine = {seq: bytes.fromhex(FRAMES[FRAMES[seq]["response_seq"]]["body_hex"]).decode()
+               for seq in (50, 52, 54, 56)}
+    with EmbeddedCluster(brokers=1, default_topic_queue_nums=8) as c:
+        # the genuine master's topics (system ones a 4.9.8 broker makes at start, and SlaveT)
+        for name, t in json.loads(genuine[50])["topicConfigTable"].items():
+            if name != "TBW102":
+                c.create_topic(name, t["readQueueNums"], perm=t["perm"])
+        addr = c.broker("broker-a").addr
+        answers = {seq: _replay_to(addr, seq) for seq in (50, 52, 54, 56)}
+        for seq, answer in answers.items():
+            captured = _answer_of(seq)
+            assert (answer.code, answer.ext_fields, answer.remark) == \
+                (captured["code"], captured.get("extFields"), captured.get("remark")), seq
+        topics = answers[50].body.decode()
+        assert list(json.loads(topics)) == list(json.loads(genuine[50])) == \
+            ["dataVersion", "topicConfigTable"]
+        assert list(json.loads(topics)["dataVersion"]) == ["counter", "timestamp"]
+        # the same table, byte for byte, in the same (ConcurrentHashMap) order
+        table = re.compile(r'"topicConfigTable":.*')
+        assert table.search(topics).group() == table.search(genuine[50]).group()
+        assert answers[52].body.decode() == genuine[52] == '{"offsetTable":{}}'
+        assert answers[54].body.decode() == genuine[54]
+        groups = json.loads(answers[56].body)
+        assert list(groups) == ["dataVersion", "subscriptionGroupTable"]
+        # a group's entry has every field of the genuine one, the same defaults
+        c._call(c._broker("broker-a").clients.subscription_groups.find, "TOOLS_CONSUMER", True)
+        entry = json.loads(_replay_to(addr, 56).body)["subscriptionGroupTable"]["TOOLS_CONSUMER"]
+        assert list(entry.items()) == list(
+            json.loads(genuine[56])["subscriptionGroupTable"]["TOOLS_CONSUMER"].items())
+
+
+def test_consumer_and_delay_offsets_as_fastjson_writes_them():
+    """ConsumerOffsetManager.encode and ScheduleMessageService.encode (read from source; the
+    capture's tables are empty): ``topic@group`` keys, bare integer queue ids and levels."""
+    with EmbeddedCluster(brokers=1, message_delay_level="1ms 2ms 3ms") as c:
+        c.create_topic("T", 2)
+        master = RawClient(c.broker("broker-a").addr)
+        for queue_id, offset in ((1, 4), (0, 3)):
+            assert master.request(15, {"consumerGroup": "G", "topic": "T",
+                                       "queueId": str(queue_id),
+                                       "commitOffset": str(offset)}).code == 0
+        assert _replay_to(master.addr, 52).body == b'{"offsetTable":{"T@G":{0:3,1:4}}}'
+        props = "DELAY\x012\x02WAIT\x01true\x02"
+        sent = master.request(310, {"a": "P", "b": "T", "c": "TBW102", "d": "4", "e": "0",
+                                    "f": "0", "g": "0", "h": "0", "i": props, "j": "0",
+                                    "k": "false"}, b"later")
+        assert sent.code == 0
+        wait_until(lambda: _replay_to(master.addr, 54).body == b'{"offsetTable":{2:1}}', 10,
+                   "the delay level's offset")

@@ -22,6 +22,7 @@ from ..client.protocol.frame import RemotingCommand
 from .consumers import (
     ClientRegistry,
 )
+from .admin_tables import AdminTables
 from .consumer_admin import ConsumerAdmin
 from .context import BrokerContext
 from .fast_paths import BrokerFastPaths
@@ -110,6 +111,7 @@ class Broker:
             RequestCode.GET_MIN_OFFSET: self._get_min_offset,
             RequestCode.GET_EARLIEST_MSG_STORETIME: self._get_earliest_time,
             **self.consumer_admin.handlers(),
+            **AdminTables(self.context).handlers(),  # GET_ALL_*: what a slave syncs
             END_TRANSACTION: self.end_transaction.handle if master is None
             else lambda c, r: end_transaction_refusal(self.context, r),
             CONSUMER_SEND_MSG_BACK: lambda c, r: handle_send_back(self.context, c, r),
