@@ -11,6 +11,8 @@ routed (``RemoteBrokerOffsetStore.updateConsumeOffsetToBroker``).
 """
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from rocketmq_spark.client import Message, Producer
@@ -21,7 +23,9 @@ from rocketmq_spark.embedded.cluster import EmbeddedCluster
 from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.options import parse_source_options
 from rocketmq_spark.source.planning import next_end
+from rocketmq_spark.client.config import ClientConfig
 from rocketmq_spark.source.group_requests import broker_nodes, heartbeat
+from rocketmq_spark.source.membership import GroupMember, member_client_id
 from rocketmq_spark.client.broker import Subscription
 
 from source_helpers import produce
@@ -190,3 +194,39 @@ def test_a_slave_that_trails_its_masters_max_holds_the_queue_instead_of_losing_i
             cluster.broker("broker-a").start()
             wait_until(lambda: offsets.max_offsets([mq], fresh=True) == {mq: 150} or None, 10,
                        "the master's max again")
+
+
+def test_a_locked_queue_stops_while_its_master_is_down_and_comes_back_with_it(slaves):
+    """lockQueues: locks are the master's (Java's RebalanceImpl.lock asks the master only, and
+    ConsumeMessageOrderlyService consumes no queue it has not locked). While broker-a's master
+    is down its queues' locks cannot be renewed: once they lapse the member reads them no more,
+    handing each over at its position, committed to the slave (no one else can lock it
+    meanwhile); when the master is back and grants the locks they join again there."""
+    slaves.create_topic("T", queues=1)
+    slaves.sync_slaves()
+    member = GroupMember(slaves.namesrv_addr, ClientConfig(client_id=member_client_id("l")),
+                         "LG", lambda: ["T"], lambda queues, first: {mq: 0 for mq in queues},
+                         lock_queues=True, interval=0.4).start()
+    try:
+        wait_until(lambda: len(member.share()[0]) == 2, 10, "both queues locked")
+        share = member.apply_allocation({}, first=True)
+        start = {**share.kept, **share.entering}
+        a, b = sorted(start)
+        assert (a.broker_name, b.broker_name) == ("broker-a", "broker-b")
+        position = {a: 5, b: 9}  # where the last complete batch ended
+
+        slaves.broker("broker-a").stop()
+        wait_until(lambda: time.monotonic() - member.lock_ok.get(a, 0) > member.lock_validity,
+                   10, "broker-a's lock lapsed (not renewed)")
+        share = member.apply_allocation(position)
+        assert share.kept == {b: 9} and not share.entering
+        assert slaves.node_consumer_offset("LG", "T", "broker-a", 0, 1) == 5  # on the slave
+
+        slaves.broker("broker-a").start()
+        wait_until(lambda: time.monotonic() - member.lock_ok.get(a, 0) < member.lock_validity,
+                   10, "broker-a's lock granted again")
+        share = member.apply_allocation({b: 9})
+        assert share.kept == {b: 9} and share.entering == {a: 5}
+        assert slaves.node_consumer_offset("LG", "T", "broker-a", 0, 0) == 5  # re-committed
+    finally:
+        member.leave()
