@@ -5,15 +5,19 @@ what a slave refuses. Real sockets, hand-built frames.
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from raw_client import RawClient
 from rocketmq_spark.client.protocol.message import decode_messages
+from rocketmq_spark.client.protocol.route import ClusterInfo, TopicRouteData
 from rocketmq_spark.embedded import EmbeddedCluster
 from rocketmq_spark.embedded.subscription_groups import SubscriptionGroupConfig
 from waiting import wait_until
 
 PULL, QUERY_OFFSET, UPDATE_OFFSET, CREATE_TOPIC, END_TRANSACTION = 11, 14, 15, 17, 37
+LOCK_BATCH_MQ, ROUTE, CLUSTER_INFO = 41, 105, 106
 
 
 def pull_fields(topic, queue_id=0, offset=0, max_nums=32, sys_flag=4, commit=0, suspend=0):
@@ -191,3 +195,68 @@ def test_slave_refuses_end_transaction(pair):
         "commitOrRollback": "8", "fromTransactionCheck": "false", "msgId": "X"})
     assert (answer.code, answer.remark, answer.ext_fields) == \
         (11, "not set any response code", None)
+
+
+def test_slave_grants_queue_locks(pair):
+    """RebalanceLockManager and AdminBrokerProcessor.lockBatchMQ have no role check: a slave
+    grants LOCK_BATCH_MQ like a master (read from source)."""
+    body = json.dumps({"consumerGroup": "OG", "clientId": "c1", "mqSet": [
+        {"topic": "T", "brokerName": "broker-a", "queueId": 0}]}).encode()
+    answer = RawClient(pair.slave("broker-a", 1).addr).request(LOCK_BATCH_MQ, None, body)
+    assert answer.code == 0
+    assert json.loads(answer.body)["lockOKMQSet"] == [
+        {"brokerName": "broker-a", "queueId": 0, "topic": "T"}]
+
+
+def test_a_topic_created_on_the_slave_lasts_until_the_next_sync(pair):
+    """AdminBrokerProcessor.updateAndCreateTopic has no role check; SlaveSynchronize then
+    replaces the slave's whole topic (and group) table with the master's (read from source)."""
+    slave = RawClient(pair.slave("broker-a", 1).addr)
+    created = slave.request(CREATE_TOPIC, {
+        "topic": "SlaveOnly", "defaultTopic": "TBW102", "readQueueNums": "1",
+        "writeQueueNums": "1", "perm": "6", "topicFilterType": "SINGLE_TAG"})
+    assert created.code == 0
+    on_slave = pair._slaves["broker-a"][0].store.topics
+    groups = pair._slaves["broker-a"][0].clients.subscription_groups
+    pair._call(groups.put, SubscriptionGroupConfig("SlaveOnlyGroup"))
+    assert pair._call(lambda: "SlaveOnly" in on_slave)
+    assert pair.sync_slaves() == 1
+    assert pair._call(lambda: "SlaveOnly" not in on_slave and "T" in on_slave)
+    assert pair._call(lambda: "SlaveOnlyGroup" not in groups.table)
+
+
+def test_routes_and_cluster_info_follow_the_slave():
+    """RouteInfoManager: a stopped slave leaves brokerAddrs, a started one comes back; the
+    cluster info lists both nodes."""
+    with EmbeddedCluster(brokers=1, slaves=1) as c:
+        c.create_topic("T", 1)
+        master, slave = c.brokers_of("broker-a")
+        names = RawClient(c.namesrv_addr)
+
+        def addrs():
+            route = TopicRouteData.from_json(names.request(ROUTE, {"topic": "T"}).body)
+            return route.broker_datas[0].broker_addrs
+        info = ClusterInfo.from_json(names.request(CLUSTER_INFO).body)
+        assert info.broker_addr_table["broker-a"].broker_addrs == {0: master.addr,
+                                                                    1: slave.addr}
+        slave.stop()
+        assert addrs() == {0: master.addr}
+        slave.start()
+        assert addrs() == {0: master.addr, 1: slave.addr}
+        master.stop()
+        slave.stop()  # the last node of the name: the name and its queues go
+        assert names.request(ROUTE, {"topic": "T"}).code == 17
+
+
+def test_slave_keeps_its_copy_across_restarts(tmp_path):
+    """With data_dir a slave keeps its own commit log and config (``broker-a-slave1``): after
+    a restart it serves what it had before copying anything new."""
+    with EmbeddedCluster(brokers=1, slaves=1, data_dir=tmp_path) as c:
+        c.create_topic("T", 1)
+        c.append("T", "broker-a", 0, [b"kept%d" % i for i in range(3)])
+        c.wait_replicated()
+    with EmbeddedCluster(brokers=1, slaves=1, data_dir=tmp_path,
+                         replication_interval=3600) as c:
+        assert c.replication_lag("broker-a", 1) == 0
+        answer = RawClient(c.slave("broker-a", 1).addr).request(PULL, pull_fields("T"))
+        assert [m.body for m in decode_messages(answer.body)] == [b"kept0", b"kept1", b"kept2"]
