@@ -61,6 +61,23 @@ def test_replication_catches_up_and_stops_with_the_master():
         assert c.node_max_offset("T", "broker-a", 0, 1) == 101
 
 
+def test_a_round_copies_about_a_mebibyte_in_commit_log_order():
+    """Replication rounds are capped (the loop stays responsive); each copies the oldest
+    records first, so every queue on the slave is a gapless prefix of the master's."""
+    with EmbeddedCluster(brokers=1, slaves=1) as c:
+        c.create_topic("T", 3)
+        c.slave("broker-a", 1).stop()  # its own rounds stop: this test runs them
+        for i in range(1000):
+            c.append("T", "broker-a", i % 3, [b"%04d" % i + b"x" * 1000])
+        replication = c._slaves["broker-a"][0].replication
+        first = c._call(replication.run_once)
+        assert 900 < first < 1000 and replication.more
+        assert [c.node_max_offset("T", "broker-a", q, 1) for q in range(3)] == \
+            [len(range(q, first, 3)) for q in range(3)]  # the oldest ``first`` messages
+        assert c._call(replication.run_once) == 1000 - first and not replication.more
+        assert c.replication_lag("broker-a", 1) == 0
+
+
 def test_a_pull_parked_on_the_slave_wakes_when_the_copy_arrives():
     with EmbeddedCluster(brokers=1, slaves=1) as c:
         c.create_topic("T", 1)

@@ -21,9 +21,10 @@ that (the lag is up to ``replication_interval``) without a second wire protocol 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 from dataclasses import replace
-from typing import List, Optional, Protocol, Tuple
+from typing import Optional, Protocol
 
 from .commitlog import tag_code_of
 from .consumers import ClientRegistry
@@ -34,6 +35,8 @@ from .store import BrokerStore, TopicConfig
 log = logging.getLogger(__name__)
 
 FIRST_SYNC_DELAY = 3.0  # BrokerController schedules syncAll 3 s after start, then every 10 s
+ROUND_BYTES = 1 << 20  # a replication round copies about this much, then lets others run
+PHYSICAL_OFFSET_AT = 28  # a stored record's physicalOffset field
 
 
 class Master(Protocol):
@@ -54,6 +57,7 @@ class _Periodic:
         self.interval = interval
         self.first_delay = first_delay
         self._task: Optional[asyncio.Task] = None
+        self.more = False  # the last round stopped early: run again at once
 
     def start(self) -> None:
         if self._task is None:
@@ -71,10 +75,18 @@ class _Periodic:
                 self.run_once()
             except Exception:  # pragma: no cover - keep the task alive
                 log.exception("%s failed", self.name)
-            await asyncio.sleep(self.interval)
+            await asyncio.sleep(0 if self.more else self.interval)
 
     def run_once(self) -> int:  # pragma: no cover - overridden
         raise NotImplementedError
+
+
+def _new_records(source, start: int, topic: str, queue_id: int):
+    """(physical offset, topic, queue id, record, store time) of ``source``'s records from
+    queue offset ``start`` on, read lazily."""
+    for offset in range(start, source.max_offset):
+        yield (source.record_long(offset, PHYSICAL_OFFSET_AT), topic, queue_id,
+               source.record(offset), source.store_time(offset) or 0)
 
 
 class HaReplication(_Periodic):
@@ -87,33 +99,41 @@ class HaReplication(_Periodic):
         self.master = master
 
     def run_once(self) -> int:
-        """One round: returns how many records were copied (0 while the master is down)."""
+        """One round: copies up to ``ROUND_BYTES`` of what the master stored since the last
+        one, in its commit log's order; returns how many records (0 while the master is
+        down). A round that stopped at the cap is followed by the next one at once."""
         if not self.master.running:
             return 0
         store = self.slave.store
-        new: List[Tuple[int, str, int, bytes, int]] = []
+        pending = []
         for (topic, queue_id), source in list(self.master.store.queues.items()):
             target = store.queue(topic, queue_id)
             if target.max_offset < source.min_offset:  # retention passed what we have
                 if len(target):
                     store.truncate(topic, queue_id, target.max_offset)
                 target.reset_empty(source.min_offset)
-            for offset in range(target.max_offset, source.max_offset):
-                new.append((source.record_long(offset, 28), topic, queue_id,
-                            source.record(offset), source.store_time(offset) or 0))
-        new.sort(key=lambda item: item[0])  # the master's commit log order
-        woken = {}
-        for _, topic, queue_id, record, stored_at in new:
+            if target.max_offset < source.max_offset:
+                pending.append(_new_records(source, target.max_offset, topic, queue_id))
+        copied, size, woken = 0, 0, {}
+        # each queue's records lie in commit log order: merging them gives the log's order,
+        # and any prefix of it leaves every queue without gaps
+        for _, topic, queue_id, record, stored_at in heapq.merge(*pending):
             store.commit_log.append(record)
             code = tag_code_of(properties_text(record))
-            queue = store.queue(topic, queue_id)
-            queue.append(record, code, stored_at)
+            store.queue(topic, queue_id).append(record, code, stored_at)
             store.last_store_timestamp = max(store.last_store_timestamp, stored_at)
             woken.setdefault((topic, queue_id), []).append(code)
+            copied += 1
+            size += len(record)
+            if size >= ROUND_BYTES:
+                self.more = True
+                break
+        else:
+            self.more = False
         for (topic, queue_id), codes in woken.items():
             self.slave.long_poll.notify_arrival(topic, queue_id,
                                                 store.queue(topic, queue_id).max_offset, codes)
-        return len(new)
+        return copied
 
     def behind(self) -> int:
         """Records the master holds that the slave has not copied yet (over every queue)."""
