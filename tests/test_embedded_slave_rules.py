@@ -277,3 +277,16 @@ def test_slave_keeps_its_copy_across_restarts(tmp_path):
         assert c.replication_lag("broker-a", 1) == 0
         answer = RawClient(c.slave("broker-a", 1).addr).request(PULL, pull_fields("T"))
         assert [m.body for m in decode_messages(answer.body)] == [b"kept0", b"kept1", b"kept2"]
+
+
+def test_fault_rules_name_a_slave_apart_from_its_master(pair):
+    """``fail_next(broker="broker-a")`` is the master's; the slave is "broker-a-slave1"."""
+    master = RawClient(pair.broker("broker-a").addr)
+    slave = RawClient(pair.slave("broker-a", 1).addr)
+    fields = {"topic": "T", "queueId": "0"}
+    pair.fail_next(1, 1, "master only", request_codes=[30], broker="broker-a")
+    assert slave.request(30, fields).code == 0
+    assert master.request(30, fields).remark == "master only"
+    pair.fail_next(1, 1, "slave only", request_codes=[30], broker="broker-a-slave1")
+    assert master.request(30, fields).code == 0
+    assert slave.request(30, fields).remark == "slave only"

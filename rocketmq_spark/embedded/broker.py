@@ -88,7 +88,9 @@ class Broker:
             self.replication = HaReplication(self.context, master)
             self.slave_sync = SlaveSynchronize(self.context, master)
         self.queues = RequestQueues(options)  # the executors' queues and their busy answers
-        self.server = RemotingServer(name, self, host=host, port=port, tls=tls, acl=acl,
+        # a slave's server is "broker-a-slave1" in logs and fault rules
+        server_name = name if master is None else f"{name}-slave{broker_id}"
+        self.server = RemotingServer(server_name, self, host=host, port=port, tls=tls, acl=acl,
                                      faults=faults, version=options.version,
                                      fast_path=self.fast_paths if self.fast_paths.available
                                      and master is None else None, flow_control=self.queues)
