@@ -137,3 +137,27 @@ def test_cpp_push_consumer_reads_the_slave_too(cluster):
     assert len(messages) == 3000 and len({m["keys"] for m in messages}) == 3000
     committed = _committed(cluster, lambda b: 1 if b == "broker-a" else 0)
     assert committed == _maxima(cluster)
+
+
+def test_the_sink_sends_to_the_masters_left_and_says_when_none_is(spark, cluster):
+    """Producers send to masters only (a slave refuses sends with code 14, as captured): with
+    broker-a's master down every row goes to broker-b; with both down the write fails naming
+    the brokers that lack a master."""
+    cluster.broker("broker-a").stop()
+    rows = spark.range(200).selectExpr("cast(id as string) as body")
+
+    def write():
+        rows.write.format("rocketmq").mode("append").option("nameServer", cluster.namesrv_addr) \
+            .option("topic", TOPIC).save()
+
+    before = {b: sum(cluster.node_max_offset(TOPIC, b, q, 1 if b == "broker-a" else 0)
+                     for q in range(4)) for b in ("broker-a", "broker-b")}
+    write()
+    after = {b: sum(cluster.node_max_offset(TOPIC, b, q, 1 if b == "broker-a" else 0)
+                    for q in range(4)) for b in ("broker-a", "broker-b")}
+    assert {b: after[b] - before[b] for b in after} == {"broker-a": 0, "broker-b": 200}
+
+    cluster.broker("broker-b").stop()
+    with pytest.raises(Exception) as info:
+        write()
+    assert "no master of broker-a, broker-b is in the route" in str(info.value)
