@@ -290,3 +290,14 @@ def test_fault_rules_name_a_slave_apart_from_its_master(pair):
     pair.fail_next(1, 1, "slave only", request_codes=[30], broker="broker-a-slave1")
     assert master.request(30, fields).code == 0
     assert slave.request(30, fields).remark == "slave only"
+
+
+def test_slave_refuses_a_too_big_send_as_any_send(pair):
+    """DefaultMessageStore.putMessage checks the store's role before the message's size: an
+    oversized send to a slave is 14 as any other (a master answers 13 MESSAGE_ILLEGAL)."""
+    fields = {"a": "P", "b": "T", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "0",
+              "h": "0", "i": "WAIT\x01true\x02", "j": "0", "k": "false"}
+    big = b"x" * (4 * 1024 * 1024 + 1)
+    assert RawClient(pair.broker("broker-a").addr).request(310, fields, big).code == 13
+    assert RawClient(pair.slave("broker-a", 1).addr).request(310, fields, big).code == 14
+    assert RawClient(pair.slave("broker-a", 1).addr).request(310, fields, b"ok").code == 14

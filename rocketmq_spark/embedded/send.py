@@ -154,10 +154,11 @@ def handle_send(context: BrokerContext, conn, cmd: RemotingCommand) -> RemotingC
             return cmd.make_response(target.code, dict(ext), target.remark,
                                      version=opts.version)
         run = _single_run(context, request, queue_id, cmd.body, target)
+    if context.is_slave and (not isinstance(run, tuple) or run[1] == MESSAGE_ILLEGAL_REMARK):
+        # a slave's store refuses every put, before its own checks of the message's size
+        return store_refusal(context, cmd, ext)
     if isinstance(run, tuple):
         return cmd.make_response(run[0], dict(ext), run[1], version=opts.version)
-    if context.is_slave:  # the store refuses a slave's puts
-        return store_refusal(context, cmd, ext)
     store_host, born_host = context.addr, conn.peer
     reconsume_times, born_ts = request.reconsume_times, request.born_timestamp
 
