@@ -301,3 +301,18 @@ def test_slave_refuses_a_too_big_send_as_any_send(pair):
     assert RawClient(pair.broker("broker-a").addr).request(310, fields, big).code == 13
     assert RawClient(pair.slave("broker-a", 1).addr).request(310, fields, big).code == 14
     assert RawClient(pair.slave("broker-a", 1).addr).request(310, fields, b"ok").code == 14
+
+
+@pytest.mark.parametrize("fields", [
+    {"producerGroup": "P", "tranStateTableOffset": "0", "commitLogOffset": "0",
+     "commitOrRollback": "8"},  # no msgId
+    {"producerGroup": "P", "tranStateTableOffset": "0", "commitLogOffset": "0",
+     "commitOrRollback": "5", "msgId": "X"},  # no such kind
+])
+def test_a_bad_end_transaction_header_is_refused_on_the_slave_as_on_the_master(pair, fields):
+    """EndTransactionProcessor decodes (and checks) the header before its role check."""
+    answers = [RawClient(node.addr).request(END_TRANSACTION, fields)
+               for node in pair.brokers_of("broker-a")]
+    assert answers[0].code == 1
+    assert [(a.code, a.remark, a.ext_fields) for a in answers] == \
+        [(answers[0].code, answers[0].remark, answers[0].ext_fields)] * 2

@@ -3,8 +3,8 @@
 * A slave stores nothing a client sends: DefaultMessageStore.putMessage refuses (PutMessageStatus
   SERVICE_NOT_AVAILABLE) and SendMessageProcessor answers code 14 with the remark naming the
   disk usage of the store's partitions (:func:`store_refusal`).
-* A slave refuses END_TRANSACTION with SLAVE_NOT_AVAILABLE (EndTransactionProcessor), before it
-  looks at the transaction.
+* A slave refuses END_TRANSACTION with SLAVE_NOT_AVAILABLE (EndTransactionProcessor) once the
+  header decodes, before it looks at the transaction.
 * ``suggestWhichBrokerId`` (PullMessageProcessor): 0 unless ``slaveReadEnable``; with it,
   whichBrokerWhenConsumeSlowly (1) for a pull further behind the commit log's end than
   accessMessageInMemoryMaxRatio percent of the memory (DefaultMessageStore.getMessage's
@@ -20,6 +20,10 @@ from typing import Optional
 from ..client.protocol.codes import ResponseCode
 from ..client.protocol.frame import RemotingCommand
 from .context import BrokerContext
+from .headers import req_int, req_long, req_str
+from .transactions import (
+    TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_ROLLBACK_TYPE,
+)
 
 MASTER_ID = 0
 WHICH_BROKER_WHEN_CONSUME_SLOWLY = 1  # SubscriptionGroupConfig's default
@@ -54,9 +58,21 @@ def store_refusal(context: BrokerContext, cmd: RemotingCommand,
 
 
 def end_transaction_refusal(context: BrokerContext, cmd: RemotingCommand) -> RemotingCommand:
-    """END_TRANSACTION on a slave (nothing is answered for a oneway one)."""
+    """END_TRANSACTION on a slave (nothing is answered for a oneway one), once its header
+    decodes as the master's would (a header the master refuses is refused the same way)."""
+    f = cmd.fields
+    req_str(f, "producerGroup")
+    req_long(f, "tranStateTableOffset")
+    req_long(f, "commitLogOffset")
+    kind = req_int(f, "commitOrRollback")
+    req_str(f, "msgId")
+    version = context.options.version
+    if kind not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):
+        return cmd.make_response(ResponseCode.SYSTEM_ERROR, None, "org.apache.rocketmq.remoting."
+                                 "exception.RemotingCommandException: commitOrRollback field "
+                                 "wrong", version=version)
     return cmd.make_response(ResponseCode.SLAVE_NOT_AVAILABLE, None, NOT_SET_REMARK,
-                             version=context.options.version)
+                             version=version)
 
 
 def suggested_broker(context: BrokerContext, queue, found: bool, next_begin: int) -> int:
