@@ -1,7 +1,8 @@
 """Apache's C++ client (PyPI ``rocketmq`` 0.4.4, ``tests/cpp_peer.py``) against an embedded master
 and slave: it produces to the master, and when the master is stopped its pull consumer reads
-every message from the slave (the route then lists only brokerId 1), as against genuine 4.9.8
-(the capture in tests/data/capture-rocketmq-4.9.8-slave shows the route and the slave's pull).
+every message from the slave (the route then lists only brokerId 1), while its producer finds no
+route to send on, as against genuine 4.9.8 (the capture in tests/data/capture-rocketmq-4.9.8-slave
+shows that route and the slave's pull).
 """
 from __future__ import annotations
 
@@ -51,3 +52,10 @@ def test_cpp_pull_reads_the_slave_while_the_master_is_stopped():
         assert c.node_max_offset("SlaveCppT", "broker-a", 0, 1) == \
             c.node_max_offset("SlaveCppT", "broker-a", 0, 0)
         assert slave.running and not master.running
+        # its producer finds no master in the route (only brokerId 1, as the capture's route
+        # after the kill) and sends nowhere
+        refused = run_peer("produce", "--namesrv", c.namesrv_addr, "--topic", "SlaveCppT",
+                           "--count", "1", "--send-timeout", "1000")["results"]
+        assert "No route info of this topic" in refused[0]["error"]
+        assert c.node_max_offset("SlaveCppT", "broker-a", 0, 1) == \
+            c.node_max_offset("SlaveCppT", "broker-a", 0, 0)
