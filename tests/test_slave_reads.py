@@ -97,6 +97,14 @@ def test_a_master_that_cannot_be_reached_is_skipped_while_still_routed(slaves):
         assert {mq.broker_name: answer for mq, answer in answers.items()} == {
             "broker-a": (5, 1), "broker-b": (5, 0)}
         assert admin.commit_offsets("G", {mq: 1 for mq in queues}) == {}
+        slaves.broker("broker-a").start()
+        wait_until(lambda: admin.names.route("T", refresh=True).broker("broker-a").master_addr,
+                   10, "the master routed (and cached) again")
+        slaves.broker("broker-a").stop()
+        options = parse_source_options({"nameServer": slaves.namesrv_addr, "subscribe": "T"},
+                                       streaming=True)
+        a0 = next(mq for mq in queues if mq.broker_name == "broker-a")
+        assert OffsetReader(options, admin).offset_for_time(a0, 0) == 0
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["native", "python"])

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Set
 
 from ..client.admin import Admin
-from ..client.errors import AuthError, RocketMQError, RouteNotFound
+from ..client.errors import (
+    AuthError, RemotingConnectionError, RequestTimeout, RocketMQError, RouteNotFound,
+)
 from ..client.namespace import DLQ_PREFIX, unwrap
 from ..client.protocol.codes import PERM_READ
 from ..client.protocol.route import MessageQueue
@@ -255,7 +257,11 @@ class OffsetReader:
         of the messages around it."""
         _, address = self.admin.lookup_address(mq)  # the master, else a slave
         brokers = self.admin.brokers
-        low = brokers.get_min_offset(address, mq)
+        try:
+            low = brokers.get_min_offset(address, mq)
+        except (RemotingConnectionError, RequestTimeout):  # gone since the route was cached
+            _, address = self.admin.lookup_address(mq, refresh=True, avoid={address})
+            low = brokers.get_min_offset(address, mq)
         high = brokers.get_max_offset(address, mq)
         guess = min(max(brokers.search_offset_by_timestamp(address, mq, timestamp_ms), low),
                     high)
