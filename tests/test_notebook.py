@@ -18,6 +18,7 @@ from notebook_runner import NOTEBOOKS, code_outputs, execute, images, stream_tex
 EXPECTED = {
     "quickstart": ("run 2 read 400 rows", 2),
     "backfill": ("minutes, each equal to what was produced", 1),
+    "dead_letters": ("replayed 4 repaired messages; the pipeline processed them", 1),
 }
 
 
@@ -38,8 +39,8 @@ def test_committed_notebook_is_an_executed_report(name):
     assert text in stream_text(nb) and len(images(nb)) == plots
 
 
-# CI runs the quick start; the backfill notebook runs with -m slow (CI's 20-minute budget);
-# both are checked as committed reports above.
+# CI runs the quick start and the dead-letters notebook; the backfill notebook runs with
+# -m slow (CI's 20-minute budget); all are checked as committed reports above.
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "backfill" else n
                                   for n in sorted(EXPECTED)])
