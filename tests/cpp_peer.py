@@ -154,6 +154,23 @@ def pull(args) -> dict:
     return {"messages": out, "pulls": statuses}
 
 
+def _subscribe(consumer, topic: str, on_message, expression: str) -> None:
+    """``PushConsumer.subscribe`` with a callback that answers RECONSUME_LATER itself: the
+    wrapper's own turns an exception into RECONSUME_LATER but then raises it out of the ctypes
+    callback, whose return value is then undefined (some failed messages were taken as
+    consumed, and never sent back)."""
+    from rocketmq.client import RecvMessage
+    from rocketmq.exceptions import ffi_check
+    from rocketmq.ffi import _CConsumeStatus, dll
+
+    def raw(_, msg):
+        ok = on_message(RecvMessage(msg))
+        return (_CConsumeStatus.CONSUME_SUCCESS if ok else _CConsumeStatus.RECONSUME_LATER).value
+
+    ffi_check(dll.Subscribe(consumer._handle, topic.encode(), expression.encode()))
+    consumer._register_callback(raw)
+
+
 def push(args) -> dict:
     from rocketmq.client import PushConsumer
 
@@ -161,15 +178,17 @@ def push(args) -> dict:
     lock = threading.Lock()
     done = threading.Event()
 
-    def on_message(msg):
+    def on_message(msg) -> bool:
+        """Whether the message is consumed (False: RECONSUME_LATER, the client sends it back)."""
         if _text(msg.keys) in args.fail_keys and msg.reconsume_times < args.fail_times:
             with lock:
                 failed.append(_message_json(msg, args.props))
-            raise RuntimeError("fail on purpose")  # RECONSUME_LATER: the client sends it back
+            return False
         with lock:
             got.append(_message_json(msg, args.props))
             if len(got) >= args.expect:
                 done.set()
+        return True
 
     while args.start_file and not os.path.exists(args.start_file):
         time.sleep(0.05)  # the test sets the scene first (it may depend on our pid)
@@ -177,7 +196,7 @@ def push(args) -> dict:
     consumer.set_namesrv_addr(args.namesrv)
     if args.access_key:
         consumer.set_session_credentials(args.access_key, args.secret_key, "ALIYUN")
-    consumer.subscribe(args.topic, on_message, args.expression)
+    _subscribe(consumer, args.topic, on_message, args.expression)
     consumer.start()
     print(json.dumps({"started": True}), flush=True)
     try:

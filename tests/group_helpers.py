@@ -90,13 +90,15 @@ class Feeder(PacedFeeder):
             self.pace(len(numbers))
 
 
-def lock_holders(cluster, group: str) -> Dict[MessageQueue, str]:
-    """Unexpired queue locks of ``group`` on every broker: queue -> client id."""
+def lock_holders(cluster, group: str, retry: bool = False) -> Dict[MessageQueue, str]:
+    """Unexpired queue locks of ``group`` on every broker: queue -> client id (``retry``:
+    with those of the group's retry queues, which members lock too)."""
     out: Dict[MessageQueue, str] = {}
     for handle in cluster.brokers:
         broker = cluster._broker(handle.name)
         for (topic, name, qid), client in cluster._call(broker.lock_holders, group).items():
-            out[MessageQueue(topic, name, qid)] = client
+            if retry or not topic.startswith("%RETRY%"):
+                out[MessageQueue(topic, name, qid)] = client
     return out
 
 
