@@ -179,6 +179,26 @@ def test_a_broker_refusing_send_back_gets_the_message_in_the_retry_topic(spark, 
     assert "RECONSUME_TIME" not in props and "MAX_RECONSUME_TIMES" not in props
 
 
+def test_a_refusal_where_the_only_retry_queues_are_goes_to_another_broker(spark, cluster):
+    """The retry topic lives on one broker (its first send-back made it there); that broker
+    refuses the next one: the fallback stores the message on the other broker, whose retry
+    topic the send creates (queue 0, as a broker creates a retry topic sent to)."""
+    topic, group = "SbElsewhereT", "SbElsewhereG"
+    produce(cluster, topic, 8)
+    rows = read(spark, cluster, topic)
+    broker = rows.collect()[0]["brokerName"]
+    first, second = [r["keys"] for r in rows.where(f"brokerName = '{broker}'").collect()][:2]
+    send_back(rows.where(f"keys = '{first}'"), cluster, group)
+    routed = rows_of(spark, cluster, f"%RETRY%{group}", 1, "the first retry")
+    assert [r["brokerName"] for r in routed] == [broker]
+    cluster.fail_next(1, ResponseCode.SYSTEM_ERROR, "look message by offset failed, 0",
+                      request_codes=[CONSUMER_SEND_MSG_BACK], broker=broker)
+    send_back(rows.where(f"keys = '{second}'"), cluster, group)
+    retried = rows_of(spark, cluster, f"%RETRY%{group}", 2, "the fallback's retry")
+    assert {(r["keys"], r["brokerName"] == broker) for r in retried} == {
+        (first, True), (second, False)}
+
+
 def test_the_fallback_past_max_reconsume_times_lands_in_the_dlq(spark, cluster):
     """The fallback's send carries maxReconsumeTimes in its header: over it, the broker stores
     the message in %DLQ%<group> (4.9.8's handleRetryAndDLQ)."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Tuple
 
 import pyarrow as pa
@@ -67,12 +67,8 @@ class SendBackStats:
 
     rows: int = 0
     sent_back: int = 0
-    by_broker: Counter = None  # type: ignore[assignment]
-    fallback_reasons: Counter = None  # type: ignore[assignment]
-
-    def __post_init__(self) -> None:
-        self.by_broker = Counter()
-        self.fallback_reasons = Counter()
+    by_broker: Counter = field(default_factory=Counter)
+    fallback_reasons: Counter = field(default_factory=Counter)
 
     @property
     def fallbacks(self) -> int:
@@ -189,6 +185,10 @@ class SendBack:
         reason = f"code {code}" if code is not None else type(failure).__name__
         log.warning("CONSUMER_SEND_MSG_BACK of %s failed (%s); sending it to the retry topic "
                     "as a message", message.describe(), failure)
+        if message.properties is None and not self.stats.fallbacks:
+            log.warning("the rows sent back have no properties column (read with "
+                        "includeProperties=true): the retry topic's copy carries only their "
+                        "tags and keys of the message's properties")
         try:
             send_to_retry_topic(self.producer, message, self.options, self.group,
                                 self.producer_group, avoid=message.broker_name)

@@ -14,11 +14,11 @@ import random
 import time
 from typing import TYPE_CHECKING, Dict, List, Optional
 
-from ..client.broker import send_command
+from ..client.broker import SEND_STATUS_OF_CODE, send_command
 from ..client.errors import BrokerUnavailable, RocketMQError
 from ..client.namespace import RETRY_PREFIX, wrap
 from ..client.producer import Producer
-from ..client.protocol.codes import DEFAULT_TOPIC, SEND_V2_KEYS, ResponseCode
+from ..client.protocol.codes import DEFAULT_TOPIC, SEND_V2_KEYS
 from ..client.protocol.message import COMPRESSION_ZLIB, compress_body, new_uniq_key
 from ..client.protocol.properties import (
     DELAY, KEYS, TAGS, UNIQ_KEY, encode_properties,
@@ -38,8 +38,7 @@ TRAN_MSG = "TRAN_MSG"
 FIRST_DELAY_LEVEL = 3  # Java's fallback: 3 + the reconsume count (10 s on a default broker)
 
 
-def retry_properties(message: "MessageRead", namespace: str, max_reconsume_times: int
-                     ) -> Dict[str, str]:
+def retry_properties(message: "MessageRead", namespace: str) -> Dict[str, str]:
     """The retry copy's properties: the message's own (or, without a properties column, its
     tags and keys), with what Java's fallback sets. RECONSUME_TIME and MAX_RECONSUME_TIMES
     travel in the send header instead, as Java's producer moves them there."""
@@ -78,33 +77,51 @@ def send_to_retry_topic(producer: Producer, message: "MessageRead", options: Sin
     """Send ``message`` to ``%RETRY%<group>`` (``group`` in its namespace already); returns
     the broker that stored it. Raises the last refusal when no broker would."""
     topic = RETRY_PREFIX + group
-    props = retry_properties(message, options.namespace, options.max_reconsume_times)
+    props = retry_properties(message, options.namespace)
+    origin = wrap(options.namespace, message.topic)
     body, sys_flag = message.body, 0
     if 0 <= options.compress_over <= len(body):
         body, sys_flag = compress_body(body, COMPRESSION_ZLIB)
     last: Optional[Exception] = None
-    for queue in _targets(producer.queues(topic), avoid or "", options.retries + 1):
+    queues = producer.queues(topic) + _elsewhere(producer, topic, origin, avoid)
+    for queue in _targets(queues, avoid or "", options.retries + 1):
         request = send_command(queue.broker_name, producer_group, topic, queue.queue_id, body,
                                encode_properties(props), sys_flag, 0, int(time.time() * 1000),
                                producer.default_topic_queue_nums)
         request.ext_fields[SEND_V2_KEYS["reconsumeTimes"]] = str(message.reconsume_times + 1)
         request.ext_fields[SEND_V2_KEYS["maxReconsumeTimes"]] = str(options.max_reconsume_times)
         try:
-            address = _master(producer, queue)
+            address = _master(producer, queue, origin)
             response = producer.remoting.invoke(address, request, options.send_timeout_ms / 1e3)
         except RocketMQError as exc:
             last = exc
             continue
-        if response.code == ResponseCode.SUCCESS:
+        if response.code in SEND_STATUS_OF_CODE:  # stored (maybe with a flush warning)
             return queue.broker_name
         last = response_error(response, "SEND_MESSAGE_V2", address)
     raise last or RocketMQError(f"no writable queue of {topic}")
 
 
-def _master(producer: Producer, queue: MessageQueue) -> str:
-    """The master address of the queue's broker, from the topic's route or, for a retry topic
-    no broker has yet (its queues came from the template), from TBW102's."""
-    for name in (queue.topic, DEFAULT_TOPIC):
+def _elsewhere(producer: Producer, topic: str, origin: str, avoid: Optional[str]
+               ) -> List[MessageQueue]:
+    """When the retry topic is on the refusing broker only: queue 0 of it on the other brokers
+    of the original topic (a broker creates a retry topic a message is sent to, with one
+    queue, even where topics are not created on first send)."""
+    try:
+        here = {q.broker_name for q in producer.queues(topic)}
+        if here - {avoid}:
+            return []
+        brokers = producer.names.route(origin).broker_datas
+    except RocketMQError:
+        return []
+    return [MessageQueue(topic, b.broker_name, 0) for b in brokers
+            if b.broker_name not in here and b.master_addr]
+
+
+def _master(producer: Producer, queue: MessageQueue, origin: str) -> str:
+    """The master address of the queue's broker, from the retry topic's route, TBW102's (its
+    queues came from that template) or the original topic's."""
+    for name in (queue.topic, DEFAULT_TOPIC, origin):
         try:
             broker = producer.names.route(name).broker(queue.broker_name)
         except RocketMQError:
