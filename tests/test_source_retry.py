@@ -233,3 +233,32 @@ def test_a_write_only_dead_letter_topic_fails_the_read_saying_how_to_grant_it(
                                  mq, 0, 1, ReadSettings(consumer_group="any"))
         with pytest.raises(TopicNotReadable, match=f"updateTopicPerm .* -t {dlq} -p 6"):
             list(pulls)
+
+
+def test_a_namespaced_member_reads_its_retry_queues_without_the_namespace(spark, retry_cluster,
+                                                                          tmp_path):
+    """namespace=ns, consumerGroup=g: the retry topic is ``%RETRY%ns%g``, its messages carry
+    ``RETRY_TOPIC=ns%RetryT``, and the rows say ``RetryT``, as Java's consumer in ns shows
+    them (``resetRetryAndNamespace``: the original topic, then without the namespace)."""
+    cluster, ns, group = retry_cluster, "ns1", "nsgroup"
+    wire = f"{ns}%{TOPIC}"
+    cluster.create_topic(wire, queues=2)
+    ids = cpp_produce(cluster.namesrv_addr, wire, 6, prefix="s")
+    first = stored(spark, cluster.namesrv_addr, wire)
+    send_back(cluster, [first["s2"], first["s5"]], f"{ns}%{group}")
+    retry = f"%RETRY%{ns}%{group}"
+    wait_until(lambda: sum(queue_totals(cluster.namesrv_addr, retry, "max").values()) == 2, 30,
+               "the two sent back in the namespaced retry topic")
+    stream = (spark.readStream.format("rocketmq").option("nameServer", cluster.namesrv_addr)
+              .option("namespace", ns).option("subscribe", TOPIC)
+              .option("consumerGroup", group).option("membership", "group")
+              .option("startingOffsets", "earliest").option("includeProperties", "true")
+              .load())
+    query = run_available_now(spark, stream, str(tmp_path / "cp"))
+    rows = spark.table(query.table_name).collect()
+    assert sorted(r["keys"] for r in rows) == sorted([f"s{i}" for i in range(6)] + ["s2", "s5"])
+    assert {r["topic"] for r in rows} == {TOPIC}
+    assert sorted((r["keys"], r["msgId"], r["properties"]["RETRY_TOPIC"]) for r in rows
+                  if r["reconsumeTimes"]) == [("s2", ids[2], wire), ("s5", ids[5], wire)]
+    assert queue_totals(cluster.namesrv_addr, retry, "committed", f"{ns}%{group}") == \
+        queue_totals(cluster.namesrv_addr, retry, "max")
