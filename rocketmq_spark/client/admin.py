@@ -82,6 +82,12 @@ class Admin:
             raise BrokerUnavailable(mq.broker_name, f"no address for {mq.key} in the route")
         return addr
 
+    def is_master(self, mq: MessageQueue, address: str) -> bool:
+        """Whether ``address`` is the master of ``mq``'s broker in a fresh route (a reader
+        told "no new message" by a slave waits for the master rather than skip)."""
+        broker = self.names.route(mq.topic, True).broker(mq.broker_name)
+        return broker is not None and broker.master_addr == address
+
     def master_address(self, mq: MessageQueue, refresh: bool = False) -> str:
         """The master (id 0) of ``mq``'s broker: where sends and queue locks go."""
         route = self.names.route(mq.topic, refresh)

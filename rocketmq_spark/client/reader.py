@@ -9,9 +9,11 @@ Every pull status is handled here and nowhere else:
 * NO_MATCHED_MSG: a filtered window had no match; continue at nextBeginOffset at once.
 * OFFSET_ILLEGAL: the offset is outside [min, max]. Below min, retention deleted messages: data
   loss. Above max, the queue was truncated or recreated: the rest of the range is gone.
-* NO_NEW_MSG before ``end``: the broker has less than it reported when the range was planned
-  (a failover to a lagging node, a restart without its data). Retried until the deadline, then
-  data loss for what the broker no longer has. One that moves nextBeginOffset forward (4.9.8's
+* NO_NEW_MSG before ``end``: the broker has less than it reported when the range was planned.
+  A master (a restart without its data): asked again for ``pull_timeout``, then data loss for
+  what it no longer has. A slave (its master down, replication behind): its master holds the
+  rest, so the reader waits for the master up to ``retry_deadline`` and then fails, skipping
+  nothing. One that moves nextBeginOffset forward (4.9.8's
   OFFSET_FOUND_NULL: no consume-queue entries there) moves on at once and counts the skipped
   offsets as lost.
 
@@ -51,7 +53,8 @@ from .backpressure import DEFAULT_BUSY_TIMEOUT, busy_remark, is_busy
 from .broker import BrokerClient
 from .busy_brokers import BUSY_BROKERS, BrokerBusyError, BusyBrokers, busy_target
 from .errors import (
-    DataLossError, MessageDecodeError, ResponseError, RocketMQError, RouteNotFound,
+    BrokerUnavailable, DataLossError, MessageDecodeError, ResponseError, RocketMQError,
+    RouteNotFound,
 )
 from .protocol.codes import ResponseCode
 from .protocol.pull_decode import decode_columns
@@ -68,6 +71,8 @@ _SAID_WHY = False
 
 # (queue, suggested broker id, refresh) -> broker address
 AddressResolver = Callable[[MessageQueue, int, bool], str]
+# whether an address is the master of the queue's broker in the current route
+MasterCheck = Callable[[MessageQueue, str], bool]
 
 
 @dataclass(frozen=True)
@@ -131,8 +136,10 @@ class QueueRangeReader:
 
     def __init__(self, brokers: BrokerClient, resolve: AddressResolver, queue: MessageQueue,
                  start: int, end: int, settings: ReadSettings,
-                 busy_brokers: BusyBrokers = BUSY_BROKERS):
+                 busy_brokers: BusyBrokers = BUSY_BROKERS,
+                 is_master: Optional[MasterCheck] = None):
         self.brokers = brokers
+        self.is_master = is_master
         self.busy_brokers = busy_brokers
         self.resolve = resolve
         self.queue = queue
@@ -155,6 +162,8 @@ class QueueRangeReader:
         self.path = ""  # "native" or "python": which pull loop ran
         self._broker_id = 0
         self._address: Optional[str] = None
+        self._short_at = -1        # the offset a broker last answered NO_NEW_MSG short of end
+        self._short_since = 0.0    # since when it has
 
     @property
     def lost_messages(self) -> int:
@@ -349,14 +358,36 @@ class QueueRangeReader:
             lost_end = min(nxt, self.end)
             self._lose(offset, lost_end, f"the broker found no entries before {nxt}")
             return lost_end
-        self._failures_since = self._failures_since or time.monotonic()
-        if time.monotonic() - self._failures_since > min(s.retry_deadline, s.pull_timeout):
+        if self._short_at != offset:  # answers in between reset _failures_since: time it here
+            self._short_at, self._short_since = offset, time.monotonic()
+        waited = time.monotonic() - self._short_since
+        if self._on_slave():
+            # a slave short of the planned end: its master has the rest (replication is
+            # asynchronous), so wait for the master to return; never skip what it holds
+            if waited > s.retry_deadline:
+                raise BrokerUnavailable(self.queue.broker_name, (
+                    f"{self.queue.key}: its slave has messages only up to "
+                    f"{result.max_offset} and [{offset}, {self.end}) is on its master, which "
+                    f"did not come back within {s.retry_deadline:.0f} s; nothing was skipped"))
+        elif waited > min(s.retry_deadline, s.pull_timeout):
             self._lose(offset, self.end, f"the broker has messages only up to "
                                          f"{result.max_offset}")
             return self.end
         self._pause()
         self._address = None
         return offset
+
+    def _on_slave(self) -> bool:
+        """Whether the last answer came from a slave: one the master suggested, or the node
+        the route offered while its master is down."""
+        if self._broker_id != 0:
+            return True
+        if self.is_master is None or self._address is None:
+            return False
+        try:
+            return not self.is_master(self.queue, self._address)
+        except RocketMQError:  # no route to tell: a slave's shortfall must not become loss
+            return True
 
     def _corrupt(self, bodies: List[bytes], firsts: List[int], exc: MessageDecodeError
                  ) -> MessageDecodeError:

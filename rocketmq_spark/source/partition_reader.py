@@ -44,7 +44,8 @@ def read_partition(options: SourceOptions, partition: RocketMQPartition
             return admin.address(mq, broker_id, refresh)
 
         reader = QueueRangeReader(admin.brokers, resolve, piece.queue, piece.start, piece.end,
-                                  retry_settings(settings) if retried else settings)
+                                  retry_settings(settings) if retried else settings,
+                                  is_master=admin.is_master)
         for batch in reader:
             if retried:
                 batch = with_original_topics(batch)
