@@ -24,8 +24,9 @@ import asyncio
 import heapq
 import logging
 from dataclasses import replace
-from typing import Optional, Protocol
+from typing import Protocol
 
+from .background import BackgroundService
 from .commitlog import tag_code_of
 from .consumers import ClientRegistry
 from .context import BrokerContext
@@ -49,24 +50,14 @@ class Master(Protocol):
     def running(self) -> bool: ...
 
 
-class _Periodic:
+class _Periodic(BackgroundService):
     """A task on the loop running ``run_once`` every ``interval`` seconds."""
 
     def __init__(self, name: str, interval: float, first_delay: float):
         self.name = name
         self.interval = interval
         self.first_delay = first_delay
-        self._task: Optional[asyncio.Task] = None
         self.more = False  # the last round stopped early: run again at once
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
 
     async def _run(self) -> None:
         await asyncio.sleep(self.first_delay)
