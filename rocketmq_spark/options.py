@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, T
 
 from .client.acl import Credentials
 from .client.config import parse_name_servers
+from .client.namespace import namespace_problem
 from .client.settings import ConnectionSettings
 
 
@@ -162,6 +163,15 @@ def group_name(name: str, value: str) -> str:
         raise OptionError(f"option {name} {group!r} is not a valid group name (letters, "
                           "digits, %, |, _ and -, at most 255)")
     return group
+
+
+def namespace_option(name: str, value: str) -> str:
+    """The option ``namespace``: "" for none, else a name RocketMQ can put topics into."""
+    namespace = value.strip()
+    problem = namespace_problem(namespace)
+    if problem:
+        raise OptionError(f"option {name} {namespace!r} {problem}")
+    return namespace
 
 
 def name_server_list(name: str, value: str) -> Tuple[str, ...]:

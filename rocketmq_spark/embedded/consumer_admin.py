@@ -14,10 +14,6 @@ from typing import Dict, Optional
 from ..client.protocol.codes import RequestCode, ResponseCode
 from ..client.protocol.frame import RemotingCommand
 from ..client.protocol.route import dumps_fastjson
-from .consumers import (
-    CONSUME_FROM, CONSUME_TYPES, MESSAGE_MODELS, ChannelInfo, enum_name,
-    subscription_from_heartbeat,
-)
 from .context import BrokerContext
 from .headers import req_str
 from .send_back import create_retry_topic_on_heartbeat
@@ -89,20 +85,9 @@ class ConsumerAdmin:
         except (UnicodeDecodeError, ValueError) as exc:
             return self._reply(cmd, ResponseCode.SYSTEM_ERROR, None,
                                f"com.alibaba.fastjson.JSONException: {exc}")
-        client_id = str(data.get("clientID") or "")
-        for consumer in data.get("consumerDataSet") or []:
-            group = str(consumer.get("groupName") or "")
-            create_retry_topic_on_heartbeat(self.context, group, consumer.get("unitMode") is True)
-            subs = [subscription_from_heartbeat(s)
-                    for s in consumer.get("subscriptionDataSet") or []]
-            self.clients.register_consumer(
-                group, conn, ChannelInfo(client_id, cmd.language, cmd.version),
-                enum_name(consumer.get("consumeType"), CONSUME_TYPES),
-                enum_name(consumer.get("messageModel"), MESSAGE_MODELS),
-                enum_name(consumer.get("consumeFromWhere"), CONSUME_FROM), subs)
-        for producer in data.get("producerDataSet") or []:
-            self.clients.register_producer(str(producer.get("groupName") or ""), conn,
-                                           ChannelInfo(client_id, cmd.language, cmd.version))
+        self.clients.register_heartbeat(
+            conn, cmd, data, lambda group, consumer: create_retry_topic_on_heartbeat(
+                self.context, group, consumer.get("unitMode") is True))
         return self._reply(cmd, ResponseCode.SUCCESS)
 
     def _unregister_client(self, conn, cmd):

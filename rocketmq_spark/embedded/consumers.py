@@ -171,6 +171,27 @@ class ClientRegistry:
                 del self.consumers[group]
             self._notify_group(group)
 
+    def register_heartbeat(self, conn, cmd, data: dict,
+                           each_consumer: Optional[Callable[[str, dict], None]] = None) -> None:
+        """Register the consumers and producers a HEART_BEAT body (``data``, its JSON) names,
+        as a broker's and a proxy's ClientManager do; ``each_consumer(group, entry)`` runs
+        before each consumer is registered."""
+        client_id = str(data.get("clientID") or "")
+        for consumer in data.get("consumerDataSet") or []:
+            group = str(consumer.get("groupName") or "")
+            if each_consumer is not None:
+                each_consumer(group, consumer)
+            subs = [subscription_from_heartbeat(s)
+                    for s in consumer.get("subscriptionDataSet") or []]
+            self.register_consumer(
+                group, conn, ChannelInfo(client_id, cmd.language, cmd.version),
+                enum_name(consumer.get("consumeType"), CONSUME_TYPES),
+                enum_name(consumer.get("messageModel"), MESSAGE_MODELS),
+                enum_name(consumer.get("consumeFromWhere"), CONSUME_FROM), subs)
+        for producer in data.get("producerDataSet") or []:
+            self.register_producer(str(producer.get("groupName") or ""), conn,
+                                   ChannelInfo(client_id, cmd.language, cmd.version))
+
     def register_producer(self, group: str, conn, channel: ChannelInfo) -> None:
         table = self.producers.setdefault(group, {})
         old = table.get(conn)

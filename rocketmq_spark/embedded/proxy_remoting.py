@@ -43,8 +43,7 @@ from ..client.protocol.codes import FLAG_ONEWAY, VERSION_V4_9_4, RequestCode, Re
 from ..client.protocol.frame import RemotingCommand
 from ..client.protocol.route import BrokerData, TopicRouteData
 from .consumers import (
-    CONSUME_FROM, CONSUME_TYPES, MESSAGE_MODELS, ChannelInfo, ClientRegistry, enum_name,
-    subscription_from_heartbeat,
+    ClientRegistry,
 )
 from .faults import FaultInjector
 from .headers import java_bool
@@ -271,19 +270,7 @@ class ProxyRemoting:
 
     def _heartbeat(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         data = json.loads(cmd.body.decode("utf-8") or "{}")
-        client_id = str(data.get("clientID") or "")
-        for consumer in data.get("consumerDataSet") or []:
-            subs = [subscription_from_heartbeat(s)
-                    for s in consumer.get("subscriptionDataSet") or []]
-            self.clients.register_consumer(
-                str(consumer.get("groupName") or ""), conn,
-                ChannelInfo(client_id, cmd.language, cmd.version),
-                enum_name(consumer.get("consumeType"), CONSUME_TYPES),
-                enum_name(consumer.get("messageModel"), MESSAGE_MODELS),
-                enum_name(consumer.get("consumeFromWhere"), CONSUME_FROM), subs)
-        for producer in data.get("producerDataSet") or []:
-            self.clients.register_producer(str(producer.get("groupName") or ""), conn,
-                                           ChannelInfo(client_id, cmd.language, cmd.version))
+        self.clients.register_heartbeat(conn, cmd, data)
         return self._reply(cmd, ResponseCode.SUCCESS, "")
 
     def _unregister(self, conn, cmd: RemotingCommand) -> RemotingCommand:

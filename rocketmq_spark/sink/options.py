@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..client.acl import Credentials
-from ..client.namespace import namespace_problem, wrap, wrapped_name_problem
+from ..client.namespace import wrap, wrapped_name_problem
 from ..client.send_pipeline import SEND_OK, SEND_STATUSES
 from ..client.producer import MAX_MESSAGE_SIZE
 from ..client.settings import ConnectionSettings
 from .send_back_options import check_send_back_options
 from ..options import (
-    CONNECTION, Option, OptionError, OptionTable, choice, group_name, integer, parse_credentials,
-    require_name_server, topic_name,
+    CONNECTION, Option, OptionError, OptionTable, choice, group_name, integer, namespace_option,
+    parse_credentials, require_name_server, topic_name,
 )
 
 DEFAULT_BATCH_BYTES = 1024 * 1024
@@ -89,14 +89,6 @@ def _endpoints(name: str, value: str) -> str:
     return endpoints
 
 
-def _namespace(name: str, value: str) -> str:
-    namespace = value.strip()
-    problem = namespace_problem(namespace)
-    if problem:
-        raise OptionError(f"option {name} {namespace!r} {problem}")
-    return namespace
-
-
 def _names_fit(kw: Mapping[str, Any]) -> None:
     """The topic and producer group still fit RocketMQ's limits once in the namespace."""
     namespace = kw.get("namespace") or ""
@@ -120,7 +112,7 @@ SINK_OPTIONS = OptionTable("the rocketmq sink", CONNECTION + (
     Option("endpoints", "endpoints", _endpoints, None,
            "a 5.x proxy's gRPC endpoint instead of nameServer"),
     Option("topic", "topic", topic_name, None, "the topic of rows without a topic value"),
-    Option("namespace", "namespace", _namespace, "",
+    Option("namespace", "namespace", namespace_option, "",
            "the namespace of the topics and the producer group (namespace%name on the wire)"),
     Option("producerGroup", "producer_group", group_name, None,
            "the producer group sent with each request",

@@ -34,9 +34,9 @@ from ..client.admin import LOOKUP_GROUP, Admin
 from ..client.namespace import wrap
 from ..client.errors import RocketMQError
 from ..client.protocol.route import MessageQueue
-from ..options import parse_connection_settings
+from ..options import namespace_option, parse_connection_settings
 from ..spark_compat import REPORTS_LATEST_OFFSET
-from .namespacing import namespace_option, queue_key_without_namespace
+from .namespacing import queue_key_without_namespace
 
 log = logging.getLogger(__name__)
 

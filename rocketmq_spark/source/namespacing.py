@@ -16,19 +16,10 @@ import re
 from typing import Any, Dict, Iterable, List, Mapping
 
 from ..client.namespace import (
-    is_wrapped, namespace_problem, unwrap, wrap, wrapped_name_problem,
+    is_wrapped, unwrap, wrap, wrapped_name_problem,
 )
 from ..client.protocol.route import MessageQueue
 from ..options import OptionError
-
-
-def namespace_option(name: str, value: str) -> str:
-    """The option ``namespace``: "" for none, else a name RocketMQ can put topics into."""
-    namespace = value.strip()
-    problem = namespace_problem(namespace)
-    if problem:
-        raise OptionError(f"option {name} {namespace!r} {problem}")
-    return namespace
 
 
 def _topic(namespace: str, topic: str, option: str) -> str:

@@ -23,10 +23,11 @@ from ..client.protocol.properties import split_tags_expression
 from ..client.protocol.route import MessageQueue
 from ..options import (
     CONNECTION, Option, OptionError, OptionTable, boolean, check_topic, choice, comma_list,
-    group_name, integer, parse_credentials, parse_int, require_name_server, text,
+    group_name, integer, namespace_option, parse_credentials, parse_int, require_name_server,
+    text,
 )
 from .allocation import MACHINE_ROOM, STRATEGIES
-from .namespacing import namespace_option, wire_names
+from .namespacing import wire_names
 
 log = logging.getLogger(__name__)
 
