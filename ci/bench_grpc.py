@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,6 +32,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from embedded_process import start_embedded  # noqa: E402
+
 from rocketmq_spark.client import Message, Producer  # noqa: E402
 from rocketmq_spark.client.grpc import GrpcProducer  # noqa: E402
 
@@ -40,21 +41,9 @@ TOPIC = "BenchGrpc"
 
 
 def start_server():
-    proc = subprocess.Popen([sys.executable, "-m", "rocketmq_spark.embedded", "--grpc-proxy",
-                             "--grpc-proxy-plaintext", "--topic", f"{TOPIC}:4"],
-                            stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    found = {}
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        kind, _, rest = line.strip().partition(" ")
-        found[kind] = rest
-        if kind == "ready":
-            return proc, found["namesrv"], found["proxy"]
-    proc.kill()
-    raise SystemExit("the embedded server did not start")
+    proc, found = start_embedded(["--grpc-proxy", "--grpc-proxy-plaintext",
+                                  "--topic", f"{TOPIC}:4"])
+    return proc, found["namesrv"], found["proxy"]
 
 
 def messages(n: int, keyed: bool = False):

@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,26 +29,15 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from embedded_process import start_embedded  # noqa: E402
+
 TOPIC = "BenchProxyRead"
 
 
 def start_server(messages: int):
-    proc = subprocess.Popen([sys.executable, "-m", "rocketmq_spark.embedded", "--brokers", "2",
-                             "--proxy-remoting", "--topic", f"{TOPIC}:4",
-                             "--fill", f"{TOPIC}:{messages}:100"],
-                            stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    found = {}
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        kind, _, rest = line.strip().partition(" ")
-        found[kind] = rest
-        if kind == "ready":
-            return proc, found["namesrv"], found["proxy-remoting"]
-    proc.kill()
-    raise SystemExit("the embedded server did not start")
+    proc, found = start_embedded(["--brokers", "2", "--proxy-remoting", "--topic", f"{TOPIC}:4",
+                                  "--fill", f"{TOPIC}:{messages}:100"], timeout=600)
+    return proc, found["namesrv"], found["proxy-remoting"]
 
 
 def cpu_seconds(process: psutil.Process) -> float:
