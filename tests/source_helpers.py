@@ -75,3 +75,33 @@ def max_offsets(namesrv: str, topic: str) -> Dict[str, int]:
     with Admin(namesrv) as admin:
         queues = admin.queues(topic, refresh=True)
         return {mq.key: v for mq, v in admin.offsets("max", queues).items()}
+
+
+def assert_read_in_queue_order(df, queues: int) -> None:
+    """Every one of ``queues`` queues read, each as offsets 0..n-1 with no gap or repeat."""
+    per_queue = defaultdict(list)
+    for r in df.select("brokerName", "queueId", "queueOffset").collect():
+        per_queue[(r.brokerName, r.queueId)].append(r.queueOffset)
+    assert len(per_queue) == queues
+    for offsets in per_queue.values():
+        assert sorted(offsets) == list(range(len(offsets)))
+
+
+def available_now_with_lag_listener(spark, listener_options: Dict[str, str], df,
+                                    checkpoint: str):
+    """Run ``df`` as an AvailableNow query with a RocketMQLagListener, waiting for its report
+    of every batch (it reports after each progress); returns the listener (closed) and the
+    query."""
+    from rocketmq_spark import RocketMQLagListener
+    from waiting import wait_until
+
+    lag = RocketMQLagListener(listener_options)
+    spark.streams.addListener(lag)
+    try:
+        query = run_available_now(spark, df, checkpoint)
+        batches = len(query.recentProgress)
+        wait_until(lambda: len(lag.reports(query.id)) == batches, 60, "a report per batch")
+    finally:
+        spark.streams.removeListener(lag)
+        lag.close()
+    return lag, query

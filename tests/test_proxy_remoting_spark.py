@@ -4,13 +4,14 @@ brokers behind it share its one address."""
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 
 import pytest
 
-from rocketmq_spark import RocketMQLagListener
 from rocketmq_spark.client.admin import Admin
-from source_helpers import ids_of, produce, reader, run_available_now
+from source_helpers import (
+    assert_read_in_queue_order, ids_of, available_now_with_lag_listener, produce, reader,
+    run_available_now,
+)
 from test_sink_exactly_once import pull_bodies
 from waiting import wait_until
 
@@ -45,12 +46,7 @@ def test_stream_restarts_exactly_once_and_commits_back_through_the_proxy(spark, 
     assert proxied.proxy_remoting.forwarded > forwarded + 16  # pulls and offsets went through
     out = spark.read.parquet(sink)
     assert ids_of(out.select("keys").collect()) == list(range(2500))
-    per_queue = defaultdict(list)
-    for r in out.select("brokerName", "queueId", "queueOffset").collect():
-        per_queue[(r.brokerName, r.queueId)].append(r.queueOffset)
-    assert len(per_queue) == 8
-    for offsets in per_queue.values():
-        assert sorted(offsets) == list(range(len(offsets)))
+    assert_read_in_queue_order(out, 8)
     # commit-back: UPDATE_CONSUMER_OFFSET through the proxy, stored by each broker
     end = json.loads(query.lastProgress["sources"][0]["endOffset"])
     assert broker_offsets(proxied, topic, group) == end
@@ -92,17 +88,11 @@ def test_lag_listener_through_the_proxy(spark, proxied, unique_name, tmp_path):
     proxied.create_topic(topic, 2, brokers=["broker-b"])
     for q in (0, 1):
         proxied.append(topic, "broker-b", q, [b"%d" % i for i in range(50)])
-    lag = RocketMQLagListener({"nameServer": proxied.proxy_remoting_addr, "subscribe": topic})
-    spark.streams.addListener(lag)
-    try:
-        df = reader(spark, proxied.proxy_remoting_addr, topic, startingOffsets="earliest",
-                    maxMessagesPerTrigger=50)
-        query = run_available_now(spark, df, str(tmp_path / "cp"))
-        batches = len(query.recentProgress)
-        wait_until(lambda: len(lag.reports(query.id)) == batches, 60, "a report per batch")
-    finally:
-        spark.streams.removeListener(lag)
-        lag.close()
+    df = reader(spark, proxied.proxy_remoting_addr, topic, startingOffsets="earliest",
+                maxMessagesPerTrigger=50)
+    lag, query = available_now_with_lag_listener(
+        spark, {"nameServer": proxied.proxy_remoting_addr, "subscribe": topic}, df,
+        str(tmp_path / "cp"))
     assert [r.total_offsets_behind_latest for r in lag.reports(query.id)] == [100, 50, 0]
 
 

@@ -8,8 +8,7 @@ import pytest
 from rocketmq_spark import RocketMQLagListener
 from rocketmq_spark.options import OptionError
 from rocketmq_spark.source.lag import offsets_behind
-from source_helpers import reader, run_available_now
-from waiting import wait_until
+from source_helpers import available_now_with_lag_listener, reader
 
 
 def test_offsets_behind_counts_queues_in_both_offsets_only():
@@ -37,17 +36,9 @@ def test_lag_in_offsets_and_time_per_micro_batch(spark, embedded_cluster_session
             cluster.append(topic, "broker-a", q, [b"%d-%d" % (block, i) for i in range(25)])
         time.sleep(0.02)
     options = {"nameServer": cluster.namesrv_addr, "subscribe": topic}
-    lag = RocketMQLagListener(options)
-    spark.streams.addListener(lag)
-    try:
-        df = reader(spark, cluster.namesrv_addr, topic, startingOffsets="earliest",
-                    maxMessagesPerTrigger=50)
-        query = run_available_now(spark, df, str(tmp_path / "cp"))
-        batches = len(query.recentProgress)
-        wait_until(lambda: len(lag.reports(query.id)) == batches, 60, "a report per batch")
-    finally:
-        spark.streams.removeListener(lag)
-        lag.close()
+    df = reader(spark, cluster.namesrv_addr, topic, startingOffsets="earliest",
+                maxMessagesPerTrigger=50)
+    lag, query = available_now_with_lag_listener(spark, options, df, str(tmp_path / "cp"))
     reports = lag.reports(query.id)
     # batch 0 pins the start (0, 0), then 50 rows a batch: 25 per queue.
     assert [r.total_offsets_behind_latest for r in reports] == [200, 150, 100, 50, 0]

@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,8 @@ from chispa import assert_df_equality
 
 from rocketmq_spark.client.admin import Admin
 from source_helpers import (
-    committed, ids_of, max_offsets, produce, reader, run_available_now, start_memory,
+    assert_read_in_queue_order, committed, ids_of, max_offsets, produce, reader,
+    run_available_now, start_memory,
 )
 from waiting import wait_until
 
@@ -38,13 +38,7 @@ def test_checkpointed_query_restarts_exactly_once_into_parquet(spark, cluster, t
     run_available_now(spark, df, checkpoint, sink)
     out = spark.read.parquet(sink)
     assert ids_of(out.select("keys").collect()) == list(range(5000))
-    # In queue order within each queue: offsets 0..n-1 with no gap or repeat.
-    per_queue = defaultdict(list)
-    for r in out.select("brokerName", "queueId", "queueOffset").collect():
-        per_queue[(r.brokerName, r.queueId)].append(r.queueOffset)
-    assert len(per_queue) == 8
-    for offsets in per_queue.values():
-        assert sorted(offsets) == list(range(len(offsets)))
+    assert_read_in_queue_order(out, 8)
 
 
 def test_running_query_stopped_midway_and_restarted(spark, cluster, topic, tmp_path):
