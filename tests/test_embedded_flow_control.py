@@ -38,6 +38,8 @@ from rocketmq_spark.client.protocol.frame import (
 from rocketmq_spark.embedded import EmbeddedCluster
 from rocketmq_spark.embedded.options import ServerOptions
 
+from embedded_cli import embedded_cli, printed
+
 TIMEOUT_RE = re.compile(r"\[TIMEOUT_CLEAN_QUEUE\]broker busy, start flow control for a while, "
                         r"period in queue: (\d+)ms, size of queue: (\d+)")
 OVERLOAD = "[OVERLOAD]system busy, start flow control for a while"
@@ -501,19 +503,10 @@ def test_command_line_flags_set_the_limits():
                          timeout=60)
     assert bad.returncode == 1 and "wait_ms_in_pull_queue" in bad.stderr
     assert "Traceback" not in bad.stderr
-    proc = subprocess.Popen([sys.executable, "-m", "rocketmq_spark.embedded",
-                             "--topic", f"{TOPIC}:4", "--wait-ms-in-send-queue", "2",
-                             "--send-queue-capacity", "100000", "--pull-queue-capacity", "7",
-                             "--wait-ms-in-pull-queue", "60000"],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        addr = None
-        for line in proc.stdout:
-            if line.startswith("broker "):
-                addr = line.split()[2]
-            if line.strip() == "ready":
-                break
-        assert addr, "the server printed no broker address"
+    with embedded_cli("--topic", f"{TOPIC}:4", "--wait-ms-in-send-queue", "2",
+                      "--send-queue-capacity", "100000", "--pull-queue-capacity", "7",
+                      "--wait-ms-in-pull-queue", "60000") as (_, lines):
+        [(_, _, addr)] = printed(lines, "broker")
         got = answers_of(flood(addr, [[send_frame(i, f"L{k}_") for i in range(1500)]
                                       for k in range(3)]), 1500)
         periods = [int(TIMEOUT_RE.fullmatch(cmd.remark).group(1)) for cmd in got
@@ -523,9 +516,6 @@ def test_command_line_flags_set_the_limits():
         got = answers_of(flood(addr, [[pull_frame(i) for i in range(300)] for _ in range(3)]),
                          300)
         assert OVERLOAD in {cmd.remark for cmd in got}
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 # ------------------------------------------------------------------ the C frame count

@@ -11,10 +11,7 @@ import signal
 import socket
 import ssl
 import struct
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -28,6 +25,7 @@ from rocketmq_spark.client.protocol.route import ClusterInfo, TopicRouteData, lo
 from rocketmq_spark.embedded import EmbeddedCluster
 from raw_client import RawClient
 from rocketmq_spark.embedded.tls import client_context
+from embedded_cli import embedded_cli
 from waiting import wait_until
 
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
@@ -995,22 +993,8 @@ def test_tls_permissive_accepts_both(embedded_cluster_factory):
 
 
 def test_cli(tmp_path):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rocketmq_spark.embedded", "--brokers", "2", "--data-dir",
-         str(tmp_path / "cli"), "--topic", "CliT:3", "--fill", "CliT:30:16"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        cwd=Path(__file__).resolve().parents[1])
-    try:
-        lines = []
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line.split())
-            if line.strip() == "ready":
-                break
-        assert lines[-1] == ["ready"], (lines, proc.stderr.read() if proc.poll() else "")
+    with embedded_cli("--brokers", "2", "--data-dir", str(tmp_path / "cli"), "--topic",
+                      "CliT:3", "--fill", "CliT:30:16") as (proc, lines):
         assert lines[0][0] == "namesrv" and lines[0][1].startswith("127.0.0.1:")
         assert [ln[1] for ln in lines[1:3]] == ["broker-a", "broker-b"]
         with RawClient(lines[0][1]) as ns:
@@ -1023,11 +1007,8 @@ def test_cli(tmp_path):
                     r = b.request(MAX_OFFSET, {"topic": "CliT", "queueId": str(q)})
                     total += int(r.ext_fields["offset"])
         assert total == 30
-    finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0
-        proc.stdout.close()
-        proc.stderr.close()
     assert (tmp_path / "cli" / "broker-a" / "commitlog").stat().st_size > 0
 
 

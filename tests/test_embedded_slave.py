@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +17,7 @@ import pytest
 from raw_client import RawClient
 from rocketmq_spark.client.protocol.message import decode_messages
 from rocketmq_spark.embedded import EmbeddedCluster
+from embedded_cli import embedded_cli
 from waiting import wait_until
 
 CAPTURE = Path(__file__).resolve().parent / "data" / "capture-rocketmq-4.9.8-slave"
@@ -149,17 +147,8 @@ def test_slave_registration_names_its_master(cluster):
 def test_cli_slaves():
     """``python -m rocketmq_spark.embedded --slaves 1`` prints each slave after its broker; the
     slave gets the messages the CLI filled the master with."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rocketmq_spark.embedded", "--slaves", "1", "--topic", "CliS:2",
-         "--fill", "CliS:10:16"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        cwd=Path(__file__).resolve().parents[1])
-    try:
-        lines = []
-        for line in proc.stdout:
-            lines.append(line.split())
-            if line.strip() == "ready":
-                break
-        assert lines[-1] == ["ready"], (lines, proc.stderr.read() if proc.poll() else "")
+    with embedded_cli("--slaves", "1", "--topic", "CliS:2", "--fill", "CliS:10:16") as (_,
+                                                                                       lines):
         assert [ln[:3] for ln in lines[1:3]] == [["broker", "broker-a", lines[1][2]],
                                                   ["slave", "broker-a", "1"]]
         slave = RawClient(lines[2][3])
@@ -168,9 +157,6 @@ def test_cli_slaves():
             return sum(int(slave.request(30, {"topic": "CliS", "queueId": str(q)})
                            .ext_fields["offset"]) for q in range(2))
         wait_until(lambda: on_slave() == 10, 10, "the slave's copy of the fill")
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
 
 
 def _replay_to(addr: str, seq: int):

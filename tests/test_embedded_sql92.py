@@ -9,14 +9,13 @@ source, not captured: the scan window, the caps, the heartbeat path's codes).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from embedded_cli import embedded_cli, printed
 from raw_client import RawClient  # tests/ is on sys.path
 from rocketmq_spark.client.protocol.frame import encode_frame, RemotingCommand
 from rocketmq_spark.client.protocol.message import decode_messages
@@ -287,23 +286,12 @@ def test_check_client_config_as_client_manage_processor(filtering):
 
 
 def test_command_line_flag_enables_property_filter():
-    proc = subprocess.Popen([sys.executable, "-m", "rocketmq_spark.embedded", "--topic",
-                             "SqlCli:1", "--fill", "SqlCli:3", "--enable-property-filter"],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        addr = None
-        for line in proc.stdout:
-            if line.startswith("broker "):
-                addr = line.split()[2]
-            if line.strip() == "ready":
-                break
-        assert addr, "the server printed no broker address"
+    with embedded_cli("--topic", "SqlCli:1", "--fill", "SqlCli:3",
+                      "--enable-property-filter") as (_, lines):
+        [(_, _, addr)] = printed(lines, "broker")
         with RawClient(addr) as client:
             answer, found = _pull(client, "SqlCli", "KEYS IS NULL AND nothing IS NULL")
         assert (answer.code, found) == (0, [0, 1, 2])
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 @given(st.text(alphabet="ab\x01\x02", max_size=24), st.sampled_from(["a", "b", "ab", "ba"]))

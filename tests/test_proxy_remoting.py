@@ -30,6 +30,7 @@ from rocketmq_spark.client.protocol.route import TopicRouteData
 from rocketmq_spark.client.errors import ResponseError
 from rocketmq_spark.source.group_requests import lock_queues, master_addresses
 from raw_client import RawClient
+from embedded_cli import embedded_cli, printed
 from waiting import wait_until
 
 NO_BNAME = "Request doesn't have field bname"
@@ -274,27 +275,13 @@ def test_the_4x_cpp_client_gets_routes_but_every_pull_and_send_is_refused(proxie
 
 
 def test_the_cli_serves_the_proxy_remoting_port():
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rocketmq_spark.embedded", "--brokers", "2", "--proxy-remoting",
-         "--topic", "CliPx:2", "--fill", "CliPx:40:8"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        cwd=Path(__file__).resolve().parents[1])
-    try:
-        found = {}
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            kind, _, rest = proc.stdout.readline().strip().partition(" ")
-            found[kind] = rest
-            if kind in ("ready", ""):
-                break
-        assert "ready" in found, proc.stderr.read() if proc.poll() is not None else found
-        with Admin(found["proxy-remoting"]) as admin:
+    with embedded_cli("--brokers", "2", "--proxy-remoting", "--topic", "CliPx:2",
+                      "--fill", "CliPx:40:8") as (_, lines):
+        [(_, proxy)] = printed(lines, "proxy-remoting")
+        with Admin(proxy) as admin:
             queues = admin.queues("CliPx", refresh=True)
-            assert {admin.master_address(mq) for mq in queues} == {found["proxy-remoting"]}
+            assert {admin.master_address(mq) for mq in queues} == {proxy}
             assert sum(admin.offsets("max", queues).values()) == 40
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def test_a_read_waits_for_a_broker_that_left_the_proxy_and_came_back(proxied, unique_name):
