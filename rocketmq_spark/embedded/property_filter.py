@@ -24,14 +24,14 @@ import logging
 import struct
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, Optional, Tuple
 
 from ..client.filter import Expression, FilterSyntaxError, parse_sql92
 from ..client.protocol.codes import ResponseCode
 from ..client.protocol.frame import RemotingCommand
 from ..client.protocol.message import MAGIC_V2, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
 from ..client.protocol.properties import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
-from .queue import ConsumeQueue, filter_window
+from .queue import ConsumeQueue, filter_window, scan_kept
 
 log = logging.getLogger(__name__)
 
@@ -155,27 +155,14 @@ def read_matching(queue: ConsumeQueue, offset: int, expression: Optional[Express
     i0 = offset - first
     file_end = (offset // CQ_FILE_ENTRIES + 1) * CQ_FILE_ENTRIES - first
     stop = min(len(ends), i0 + filter_window(max_msg_nums), file_end)
-    pieces: List[Tuple[int, int]] = []
-    total = count = 0
-    idx = i0
     prev_end = ends[i0 - 1] if i0 > 0 else base
-    evaluate = expression.evaluate if expression is not None else None
-    while idx < stop:
-        end = ends[idx]
-        size = end - prev_end
-        if count and (max_msg_nums <= count or total + size > max_bytes or count >= max_count):
-            break
-        if evaluate is None or evaluate(record_properties(buf, prev_end - base)):
-            if pieces and pieces[-1][1] == prev_end:
-                pieces[-1] = (pieces[-1][0], end)
-            else:
-                pieces.append((prev_end, end))
-            total += size
-            count += 1
-        prev_end = end
-        idx += 1
-    body = b"".join(buf[s - base:e - base] for s, e in pieces)
-    return body, idx - i0, count
+    if expression is None:
+        return scan_kept(ends, buf, base, i0, stop, prev_end, None, max_msg_nums, max_count,
+                         max_bytes)
+    evaluate = expression.evaluate
+    return scan_kept(ends, buf, base, i0, stop, prev_end,
+                     lambda _, start: evaluate(record_properties(buf, start - base)),
+                     max_msg_nums, max_count, max_bytes)
 
 
 def check_client_config(enable_property_filter: bool, cmd: RemotingCommand,

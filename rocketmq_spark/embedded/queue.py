@@ -16,7 +16,7 @@ import struct
 from array import array
 from bisect import bisect_left, bisect_right
 from itertools import accumulate
-from typing import Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 _LONG = struct.Struct(">q")
 CQ_ENTRY_BYTES = 20  # a genuine consume-queue entry; the filter window is counted in these
@@ -42,6 +42,33 @@ class QueueBuffer(NamedTuple):
 def filter_window(max_msg_nums: int) -> int:
     """Entries a genuine broker examines per pull: max(16000, maxMsgNums * 20) bytes / 20."""
     return max(16000, max_msg_nums * CQ_ENTRY_BYTES) // CQ_ENTRY_BYTES
+
+
+def scan_kept(ends: Sequence[int], buf, base: int, i0: int, stop: int, prev_end: int,
+              keep: Optional[Callable[[int, int], bool]], max_msg_nums: int, max_count: int,
+              max_bytes: int) -> Tuple[bytes, int, int]:
+    """A filtered pull's scan of entries [i0, stop) (record ``idx`` ends at ``ends[idx]``,
+    ``buf`` holds the records from commit-log offset ``base``): keep those ``keep(idx, start)``
+    accepts (every one when None), the pull's caps checked before the filter as
+    DefaultMessageStore.getMessage does. Returns (body, entries examined, messages kept)."""
+    pieces: List[Tuple[int, int]] = []
+    total = count = 0
+    idx = i0
+    while idx < stop:
+        end = ends[idx]
+        size = end - prev_end
+        if count and (max_msg_nums <= count or total + size > max_bytes or count >= max_count):
+            break
+        if keep is None or keep(idx, prev_end):
+            if pieces and pieces[-1][1] == prev_end:
+                pieces[-1] = (pieces[-1][0], end)
+            else:
+                pieces.append((prev_end, end))
+            total += size
+            count += 1
+        prev_end = end
+        idx += 1
+    return b"".join(buf[s - base:e - base] for s, e in pieces), idx - i0, count
 
 
 class ConsumeQueue:
@@ -163,30 +190,9 @@ class ConsumeQueue:
         ``codes``. Returns (body, entries examined, messages returned)."""
         i0 = offset - self._first
         stop = min(len(self._ends), i0 + filter_window(max_msg_nums))
-        ends, tags = self._ends, self._tags
-        limit_nums = max_msg_nums
-        pieces: List[Tuple[int, int]] = []
-        total = count = 0
-        idx = i0
-        prev_end = self._start_of(i0)
-        while idx < stop:
-            end = ends[idx]
-            size = end - prev_end
-            if count and (limit_nums <= count or total + size > max_bytes or count >= max_count):
-                break
-            if tags[idx] in codes:
-                if pieces and pieces[-1][1] == prev_end:
-                    pieces[-1] = (pieces[-1][0], end)
-                else:
-                    pieces.append((prev_end, end))
-                total += size
-                count += 1
-            prev_end = end
-            idx += 1
-        base = self._buf_start
-        buf = self._buf
-        body = b"".join(buf[s - base:e - base] for s, e in pieces)
-        return body, idx - i0, count
+        tags = self._tags
+        return scan_kept(self._ends, self._buf, self._buf_start, i0, stop, self._start_of(i0),
+                         lambda idx, _: tags[idx] in codes, max_msg_nums, max_count, max_bytes)
 
     def record(self, offset: int) -> bytes:
         """The stored record at ``offset`` (for tests and GET_CONSUME_STATS)."""
