@@ -38,7 +38,8 @@ FILL_CHUNK = 20000
 def _parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m rocketmq_spark.embedded",
                                 description="An embedded RocketMQ-compatible name server and "
-                                            "brokers (4.9.8 personality).")
+                                            "brokers (4.9.8 personality, or 5.1.4's with "
+                                            "--release 5.1).")
     p.add_argument("--brokers", type=int, default=1, help="number of brokers (default 1)")
     p.add_argument("--slaves", type=int, default=0,
                    help="slaves per broker (brokerId 1, 2, ...; default 0)")
@@ -90,6 +91,9 @@ def _parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                    help="never answer [TIMEOUT_CLEAN_QUEUE] (brokerFastFailureEnable=false)")
     p.add_argument("--enable-property-filter", action="store_true",
                    help="serve SQL92 property filters on pulls (enablePropertyFilter=true)")
+    p.add_argument("--release", choices=("4.9", "5.1"), default="4.9",
+                   help="the Apache release the brokers behave as (default 4.9: 4.9.8; 5.1: "
+                        "5.1.4's op-topic bodies and topic message types)")
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
 
@@ -136,7 +140,7 @@ def _cluster(args: argparse.Namespace, acl, ports) -> EmbeddedCluster:
         pull_queue_capacity=args.pull_queue_capacity,
         wait_ms_in_pull_queue=args.wait_ms_in_pull_queue,
         broker_fast_failure=not args.no_broker_fast_failure,
-        enable_property_filter=args.enable_property_filter)
+        enable_property_filter=args.enable_property_filter, release=args.release)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

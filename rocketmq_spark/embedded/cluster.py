@@ -62,8 +62,9 @@ class EmbeddedCluster(ClusterFaults, ClusterSlaves):
     as the brokers' when ``tls`` is given); ``proxy_transaction_heartbeat`` and
     ``proxy_transaction_data_expire`` (seconds) are its transactionHeartbeatPeriodSecond and
     transactionDataExpireMillis. ``slaves=n`` gives each broker n slaves (brokerId 1..n, same
-    name, ports of their own; :mod:`.cluster_slaves`). Other keyword arguments are
-    :class:`ServerOptions`.
+    name, ports of their own; :mod:`.cluster_slaves`). ``release="5.1"`` makes the brokers
+    behave as 5.1.4's (default "4.9", 4.9.8's; :attr:`ServerOptions.release`). Other keyword
+    arguments are :class:`ServerOptions`.
     """
 
     def __init__(self, brokers: int = 1, data_dir: Optional[Union[str, Path]] = None, *,

@@ -11,6 +11,10 @@ from ..client.protocol.codes import SERVER_VERSION
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 SEARCH_MODES = ("lower", "nearest")
+# the Apache releases whose formats and checks the embedded server can follow (see ServerOptions)
+RELEASES = ("4.9", "5.1")
+# MQVersion.Version ordinals a broker of each release puts in its answers' headers
+RELEASE_VERSIONS = {"4.9": SERVER_VERSION, "5.1": 441}
 # the request queues' sizes and waits (see ServerOptions and .flow_control)
 QUEUE_OPTIONS = ("send_queue_capacity", "wait_ms_in_send_queue", "pull_queue_capacity",
                  "wait_ms_in_pull_queue", "heartbeat_queue_capacity",
@@ -87,6 +91,12 @@ class ServerOptions:
       has not seen is created on first use (autoCreateSubscriptionGroup) with this
       ``retryMaxTimes`` (16): a message sent back more often goes to ``%DLQ%<group>``
       (:mod:`.send_back`); tests lower it.
+    * ``release``: which Apache release the brokers behave as, "4.9" (4.9.8, the default) or
+      "5.1" (5.1.4): op-topic bodies as comma-joined offset lists, topic message types
+      (``+message.type``) published and checked, answers carrying 5.1.4's version. Handlers
+      ask :meth:`at_least` (``options.at_least("5.1")``), never compare strings.
+    * ``version``: the MQVersion ordinal in the answers' headers; by default the release's
+      (409 for 4.9.8, 441 for 5.1.4).
     """
 
     cluster_name: str = "DefaultCluster"
@@ -124,9 +134,14 @@ class ServerOptions:
     wait_ms_in_heartbeat_queue: int = 31_000
     transaction_queue_capacity: int = 100_000
     wait_ms_in_transaction_queue: int = 3_000
-    version: int = SERVER_VERSION
+    release: str = "4.9"
+    version: int = 0  # 0: the release's own (RELEASE_VERSIONS)
 
     def __post_init__(self):
+        if self.release not in RELEASES:
+            raise ValueError(f"release must be one of {RELEASES}, got {self.release!r}")
+        if not self.version:
+            object.__setattr__(self, "version", RELEASE_VERSIONS[self.release])
         if self.search_by_time not in SEARCH_MODES:
             raise ValueError(f"search_by_time must be one of {SEARCH_MODES}, "
                              f"got {self.search_by_time!r}")
@@ -159,6 +174,12 @@ class ServerOptions:
                      "auto_create_subscription_group"):
             if getattr(self, name).__class__ is not bool:
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+
+    def at_least(self, release: str) -> bool:
+        """Whether the brokers behave as ``release`` or a later one (``at_least("5.1")``)."""
+        if release not in RELEASES:
+            raise ValueError(f"unknown release {release!r}; known: {RELEASES}")
+        return RELEASES.index(self.release) >= RELEASES.index(release)
 
     @cached_property
     def memory_threshold(self) -> int:

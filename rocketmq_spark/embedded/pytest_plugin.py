@@ -6,7 +6,7 @@ Enable with ``pytest_plugins = ["rocketmq_spark.embedded.pytest_plugin"]`` in a 
 * ``embedded_cluster_session``: one 2-broker cluster for the whole session (use unique topic and
   group names, e.g. from ``unique_name``).
 * ``embedded_cluster_factory``: ``make(**kwargs)`` builds and starts clusters with any options
-  (ACL, TLS, data_dir, caps); all are stopped after the test.
+  (ACL, TLS, data_dir, caps, ``release="5.1"``); all are stopped after the test.
 * ``unique_name``: a function returning names unique within the session (``prefix-N``).
 """
 from __future__ import annotations
