@@ -40,6 +40,7 @@ def test_cli_release_flag():
     with embedded_cli("--release", "5.1", "--topic", "RelT:2") as (proc, lines):
         client = RawClient(printed(lines, "broker")[0][2])
         try:
-            assert client.request(RequestCode.GET_MAX_OFFSET, {"topic": "TBW102", "queueId": "0"}).version == 441
+            answer = client.request(RequestCode.GET_MAX_OFFSET, {"topic": "TBW102", "queueId": "0"})
+            assert answer.version == 441
         finally:
             client.close()
