@@ -27,8 +27,9 @@ def extension(package: str, folder: str, sources: list) -> Extension:
 
 
 setup(ext_modules=[
-    extension("client", "client", ["rmq_native.c", "rmq_pull.c", "rmq_pull_answer.c",
-                                  "rmq_pull_io.c", "rmq_header.c", "rmq_hmac.c"]),
+    extension("client", "client", ["rmq_native.c", "rmq_crc32.c", "rmq_pull.c",
+                                  "rmq_pull_run.c", "rmq_pull_answer.c", "rmq_pull_io.c",
+                                  "rmq_header.c", "rmq_hmac.c"]),
     extension("embedded", "embedded",
               ["rmq_embedded.c", "rmq_serve.c", "rmq_serve_tx.c", "rmq_tx_store.c"]),
 ])

@@ -1,7 +1,8 @@
 /*
- * The pull loop's parts (rmq_pull.c: the Puller object and its run; rmq_pull_answer.c:
- * reading an answer's header; rmq_pull_io.c: planning, signing and sending requests,
- * receiving bytes), private to them.
+ * The pull loop's parts (rmq_pull.c: the Puller object and its methods; rmq_pull_run.c: the
+ * requests in flight, the output and the steps of one run; rmq_pull_answer.c: reading an
+ * answer's header; rmq_pull_io.c: planning, signing and sending requests, receiving bytes),
+ * private to them.
  */
 #ifndef RMQ_PULL_H
 #define RMQ_PULL_H
@@ -108,6 +109,16 @@ static inline int grow(char **buf, Py_ssize_t *cap, Py_ssize_t need) {
  * judge the header, -1 when the framing is wrong (Python reports it); *body_at is the body's
  * start within the frame. */
 int pull_parse_frame(const uint8_t *f, Py_ssize_t n, head_t *h, Py_ssize_t *body_at);
+
+/* rmq_pull_run.c: free a flight's kept answer; forget flight i (dropped: its answer, when it
+ * comes, is dropped as stale); append a body to the output; keep an answer received outside
+ * run() (1 if ours, 0 if not, -1 with an error); run() once its arguments are parsed. */
+void pull_flight_free(flight_t *fl);
+void pull_remove_flight(Puller *self, int i, int dropped);
+int pull_append_body(Puller *self, const char *body, Py_ssize_t n, int64_t first);
+int pull_keep_answer(Puller *self, const uint8_t *payload, Py_ssize_t length);
+PyObject *pull_run(Puller *self, Py_buffer *pending, int64_t offset, double timeout,
+                   long long max_msgs, long long max_bytes);
 
 /* rmq_pull_io.c */
 void pull_signature(Puller *self, const char digits[2][24], const int dl[2], char out[28]);

@@ -217,7 +217,7 @@ static int want(Puller *self, int64_t offset, int32_t nums) {
 
 /* Requests for the current offset (if none is in flight) and, once half the window has
  * drained, for the offsets after the last one requested (the window is the depth, except
- * after a busy answer, see rmq_pull.c's consume_frame). */
+ * after a busy answer, see rmq_pull_run.c's consume_frame). */
 int pull_plan(Puller *self, int64_t offset) {
     int64_t covered = offset, next_start = INT64_MAX;
     int here = 0;
