@@ -282,7 +282,8 @@ def test_tls_mismatches_with_a_real_server_say_what_to_change(embedded_cluster_f
     tls_only = embedded_cluster_factory(brokers=1, tls="enforcing")
     with RemotingClient() as client:
         with pytest.raises(BrokerUnavailable, match=r"closed by the peer before answering "
-                                                    r"anything \(if the server requires TLS"):
+                                                    r"anything: the server may require TLS "
+                                                    r"\(set tls=true"):
             client.invoke(tls_only.namesrv_addr, RemotingCommand(code=106), timeout=5)
     plain = embedded_cluster_factory(brokers=1)
     with pytest.raises(BrokerUnavailable, match="TLS handshake failed: the server closed the "

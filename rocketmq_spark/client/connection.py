@@ -328,15 +328,13 @@ class Connection:
             try:
                 data = transport.recv(deadline - time.monotonic())
             except (OSError, ssl.SSLError) as exc:
-                self.fail(f"connection lost: {exc}")
+                self.fail(self.lost_reason(f"connection lost: {exc}",
+                                           isinstance(exc, ConnectionResetError)))
                 return
             if data is None:  # deadline passed
                 return
             if not data:
-                silent = self._decoder.stream_offset == 0 and not self._decoder.pending
-                self.fail("closed by the peer" + (
-                    " before answering anything (if the server requires TLS, turn TLS on)"
-                    if silent and not isinstance(transport, TlsTransport) else ""))
+                self.fail(self.lost_reason("closed by the peer", True))
                 return
             try:
                 commands = self._decoder.feed(data)
@@ -382,6 +380,16 @@ class Connection:
             return False
         payload = encode_frame(cmd)[4:]
         return any(taker.offer(payload) for taker in takers)
+
+    def lost_reason(self, reason: str, by_peer: bool) -> str:
+        """``reason``, plus the likely cause when the peer dropped a plaintext connection
+        before its first answer: a TLS-only server (Apache's, in TLS enforcing mode, closes
+        such a connection without a word)."""
+        silent = self._decoder.stream_offset == 0 and not self._decoder.pending
+        if by_peer and silent and not isinstance(self._transport, TlsTransport):
+            return (f"{reason} before answering anything: the server may require TLS "
+                    "(set tls=true; ClientConfig(tls=...) outside Spark)")
+        return reason
 
     def _foreign(self, exc: ProtocolError) -> ProtocolError:
         """``exc``, or a clearer error when the peer's very first bytes are HTTP or TLS."""

@@ -7,6 +7,7 @@ handed to their futures, a broken connection failing every request in flight).
 """
 from __future__ import annotations
 
+import errno
 import os
 import ssl
 from typing import Any, Optional, Tuple
@@ -47,9 +48,10 @@ def run_puller(conn: Connection, puller: Any, offset: int, timeout: float, max_m
             if reason == PULL_TIMEOUT:
                 raise RequestTimeout(conn.address, "PULL_MESSAGE", timeout)
             if reason == PULL_CLOSED:
-                conn.fail("closed by the peer")
+                conn.fail(conn.lost_reason("closed by the peer", True))
             elif reason == PULL_ERROR:
-                conn.fail(f"connection lost: {os.strerror(extra)}")
+                conn.fail(conn.lost_reason(f"connection lost: {os.strerror(extra)}",
+                                           extra == errno.ECONNRESET))
             else:  # PULL_PROTOCOL: resume_stream should have raised
                 conn.fail("protocol error in the native pull loop")
             raise conn.closed_error()

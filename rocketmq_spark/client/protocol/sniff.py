@@ -32,4 +32,4 @@ def foreign_protocol_message(address: str, protocol: str, tls: bool) -> str:
         return (f"the server at {address} answered with TLS records inside the TLS session, "
                 "not RocketMQ's remoting protocol")
     return (f"the server at {address} answered in TLS on a plaintext connection: it requires "
-            "TLS (turn TLS on, e.g. the tls option)")
+            "TLS (set tls=true)")
