@@ -34,6 +34,9 @@ from .nameserver import NameServer, unsupported
 from .options import ServerOptions
 from .property_filter import CHECK_CLIENT_CONFIG, check_client_config
 from .pull import handle_pull
+from .query_message import (
+    QUERY_MESSAGE, VIEW_MESSAGE_BY_ID, handle_query_message, handle_view_message,
+)
 from .schedule import ScheduleService
 from .send import SYSTEM_TOPICS, handle_send, validate_topic
 from .send_back import CONSUMER_SEND_MSG_BACK, handle_send_back
@@ -121,6 +124,8 @@ class Broker:
                 self.clients.subscription_groups, r, options.version),
             CHECK_CLIENT_CONFIG: lambda c, r: check_client_config(
                 options.enable_property_filter, r, options.version),
+            QUERY_MESSAGE: lambda c, r: handle_query_message(self.context, r),
+            VIEW_MESSAGE_BY_ID: lambda c, r: handle_view_message(self.context, r),
         }
 
     # ---------------------------------------------------------------- identity

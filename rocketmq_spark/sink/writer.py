@@ -32,7 +32,8 @@ from ..options import NAME_CHARS, OptionError
 from ..spark_compat import stream_writer_bases
 from . import exactly_once
 from .exactly_once import CommitObserver
-from .ids import TaskIdentity, new_job_token
+from .batch_time import batch_created_ms
+from .ids import TaskIdentity, new_job_token, now_ms
 from .options import SinkOptions, parse_sink_options
 from .schema import ColumnPlan, plan_columns
 from .send_back import send_back_task
@@ -118,14 +119,17 @@ def _totals(messages: List[Optional[WriterCommitMessage]]) -> str:
 class RocketMQBatchWriter(DataSourceArrowWriter):
     """``df.write.format("rocketmq")``: each task sends its partition's rows."""
 
-    def __init__(self, options: SinkOptions, plan: ColumnPlan, job_token: str):
+    def __init__(self, options: SinkOptions, plan: ColumnPlan, job_token: str,
+                 created_ms: Optional[int] = None):
         self.options = options
         self.plan = plan
         self.job_token = job_token
+        self.created_ms = now_ms() if created_ms is None else created_ms  # ids bytes 10-13
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         context = _task_context()
-        identity = TaskIdentity("job", self.job_token, None, context.partitionId())
+        identity = TaskIdentity("job", self.job_token, None, context.partitionId(),
+                                self.created_ms)
         group = self._group()
         if self.options.send_back:
             return SinkCommit(send_back_task(iterator, self.plan, self.options, identity,
@@ -184,6 +188,7 @@ class RocketMQStreamWriter(*stream_writer_bases()):
         self.query_name = query_name
         self.raw_options = dict(raw_options or {})
         self.observer = observer
+        self.created_ms = now_ms()  # ids' time when Spark's offset log is out of reach
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         context = _task_context()
@@ -192,7 +197,9 @@ class RocketMQStreamWriter(*stream_writer_bases()):
         if not query_id or batch_id is None:
             raise RuntimeError("the rocketmq stream sink's task has no query id or batch id "
                                "(sql.streaming.queryId / streaming.sql.batchId)")
-        identity = TaskIdentity("stream", query_id, int(batch_id), context.partitionId())
+        created = batch_created_ms(self.options.checkpoint_location, int(batch_id),
+                                   self.created_ms)
+        identity = TaskIdentity("stream", query_id, int(batch_id), context.partitionId(), created)
         group = self._group(query_id)
         if self.options.send_back:
             return SinkCommit(send_back_task(iterator, self.plan, self.options, identity,
