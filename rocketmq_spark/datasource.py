@@ -13,7 +13,7 @@ from pyspark.sql.types import StructType
 from . import spark_compat
 from .options import boolean
 from .source.options import parse_source_options
-from .source.schema import spark_schema
+from .source.schema import check_user_schema, spark_schema
 
 
 class RocketMQDataSource(DataSource):
@@ -31,18 +31,22 @@ class RocketMQDataSource(DataSource):
         return "rocketmq"
 
     def schema(self) -> StructType:
-        include = boolean("includeProperties", self.options.get("includeProperties", "false"))
-        return spark_schema(include)
+        return spark_schema(self._include_properties())
+
+    def _include_properties(self) -> bool:
+        return boolean("includeProperties", self.options.get("includeProperties", "false"))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from .source.batch_reader import batch_reader
 
+        check_user_schema(schema, self._include_properties())
         spark_compat.announce()
         return batch_reader(parse_source_options(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from .source.stream_reader import RocketMQStreamReader
 
+        check_user_schema(schema, self._include_properties())
         options = parse_source_options(self.options, streaming=True)
         spark_compat.announce(options.max_messages_per_trigger)
         return RocketMQStreamReader(options)

@@ -34,3 +34,27 @@ def spark_schema(include_properties: bool = False) -> StructType:
     if include_properties:
         fields.append(StructField(PROPERTIES, MapType(StringType(), StringType(), True), True))
     return StructType(fields)
+
+
+def check_user_schema(given: StructType, include_properties: bool) -> None:
+    """Refuse a schema the user set with ``.schema(...)`` unless it is the source's own, as
+    Spark's Kafka source refuses one: the rows have the source's columns whatever is asked,
+    and Spark would only find the mismatch inside the tasks. Raises ValueError naming the
+    first column that differs."""
+    own = spark_schema(include_properties)
+    if given == own:
+        return
+    own_fields, given_fields = list(own.fields), list(given.fields)
+    where = next((i for i, (a, b) in enumerate(zip(own_fields, given_fields)) if a != b),
+                 min(len(own_fields), len(given_fields)))
+    if where < len(own_fields) and where < len(given_fields):
+        first = (f"column {where + 1} is {given_fields[where].simpleString()}, the source's is "
+                 f"{own_fields[where].simpleString()}")
+    elif where < len(own_fields):
+        first = f"the source also has {own_fields[where].simpleString()}"
+    else:
+        first = f"the source has no column {given_fields[where].simpleString()}"
+    raise ValueError(
+        "the rocketmq source has a fixed schema and cannot be set with a custom one "
+        f"(.schema(...)): {first}. Leave .schema(...) out (includeProperties=true adds "
+        f"`{PROPERTIES}`); the source's schema is {own.simpleString()}")
