@@ -8,7 +8,9 @@ Two extensions, by who they serve:
   paths for plain pulls and exactly-once writes; nothing the connector ships calls it.
 
 Both share the frame readers of native/common/. ``optional=True``: without a C compiler or
-Python headers the build skips them and the package falls back to its pure-Python code.
+Python headers the build skips them and the package falls back to its pure-Python code. On CI
+(``CI=true``) with a compiler and headers, tests/test_accelerator_built.py fails if they did
+not build.
 """
 from glob import glob
 
