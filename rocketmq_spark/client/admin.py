@@ -16,6 +16,7 @@ from .protocol.route import MessageQueue, TopicRouteData
 from .pull import PullRequest, PullStatus, response_error
 from .remoting import RemotingClient
 from .serving_nodes import ServingNodes, SlaveCommits
+from .topic_stats import TopicStatsLookups
 
 OffsetResult = Union[int, None, RocketMQError]
 # The group named in lookups that pull (no offset is committed for it).
@@ -38,6 +39,7 @@ class Admin:
         self.brokers = BrokerClient(self.remoting)
         self._serving = ServingNodes()
         self._slave_commits = SlaveCommits()
+        self.topic_stats = TopicStatsLookups(self.brokers, self._routed_queue_count)
 
     # ------------------------------------------------------------------ topics
 
@@ -122,6 +124,15 @@ class Admin:
         raise BrokerUnavailable(mq.broker_name, f"every node of {mq.key} failed: "
                                                 f"{', '.join(a for _, a in nodes)}")
 
+    def _routed_queue_count(self, topic: str, broker_name: str) -> Optional[int]:
+        """Readable queues of ``topic`` on ``broker_name`` in the cached route, if any."""
+        try:
+            route = self.names.route(topic)
+        except RocketMQError:
+            return None
+        counts = [q.read_queue_nums for q in route.queue_datas if q.broker_name == broker_name]
+        return counts[0] if counts else None
+
     # ------------------------------------------------------------------ offsets
 
     def offsets(self, kind: str, queues: Iterable[MessageQueue], group: Optional[str] = None,
@@ -152,8 +163,11 @@ class Admin:
                         out[mq] = (exc, -1)
                     continue
                 targets.append((address, mq))
-            answers = self.brokers.queue_offsets(kind, targets, group=group,
-                                                 timestamp_ms=timestamp_ms, timeout=timeout)
+            if kind in ("min", "max"):  # one request per topic and node where served
+                answers = self.topic_stats.queue_offsets(kind, targets, timeout=timeout)
+            else:
+                answers = self.brokers.queue_offsets(kind, targets, group=group,
+                                                     timestamp_ms=timestamp_ms, timeout=timeout)
             failed = {}
             for address, mq in targets:
                 out[mq] = (answers[mq], ids[mq])

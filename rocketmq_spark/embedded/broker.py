@@ -48,6 +48,7 @@ from .subscription_groups import (
     UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, handle_update_subscription_group,
 )
 from .tls import TlsSettings
+from .topic_stats import handle_topic_stats
 from .transaction_check import TransactionCheckService
 from .transactions import END_TRANSACTION, EndTransactionHandler
 
@@ -115,6 +116,7 @@ class Broker:
             RequestCode.GET_MAX_OFFSET: self._get_max_offset,
             RequestCode.GET_MIN_OFFSET: self._get_min_offset,
             RequestCode.GET_EARLIEST_MSG_STORETIME: self._get_earliest_time,
+            RequestCode.GET_TOPIC_STATS_INFO: lambda c, r: handle_topic_stats(self.context, r),
             **self.consumer_admin.handlers(),
             **AdminTables(self.context).handlers(),  # GET_ALL_*: what a slave syncs
             END_TRANSACTION: self.end_transaction.handle if master is None
