@@ -113,9 +113,9 @@ def test_option_errors_name_the_option(tmp_path):
     with pytest.raises(OptionError, match="checkpointLocation"):
         stream_writer({"nameServer": "h:9876", "topic": "t",
                        "deliveryGuarantee": "exactlyOnce"}, SCHEMA, False)
-    with pytest.raises(OptionError, match="local path or file: URI"):
+    with pytest.raises(OptionError, match="scheme ftp:, which the connector cannot store to"):
         stream_writer({"nameServer": "h:9876", "topic": "t", "deliveryGuarantee": "exactlyOnce",
-                       "checkpointLocation": "s3a://bucket/cp"}, SCHEMA, False)
+                       "checkpointLocation": "ftp://host/cp"}, SCHEMA, False)
     delayed = StructType(SCHEMA.fields + [StructField("delayLevel", __import__(
         "pyspark.sql.types", fromlist=["IntegerType"]).IntegerType())])
     with pytest.raises(OptionError, match="column delayLevel"):
@@ -327,32 +327,26 @@ def test_a_large_replay_finds_its_new_half_messages_in_linear_time():
 
 def test_the_responder_leaves_after_the_idle_limit_it_is_given(txn_cluster, tmp_path):
     """The check-back responder process stays while the query commits; the limit after the
-    last commit is handed to it (here 1 s; 20 minutes by default), and it frees the
-    checkpoint's responder lock when it leaves."""
-    import fcntl
+    last commit is handed to it (here 1 s; 20 minutes by default), and it releases the
+    record's responder lease when it leaves."""
     import os
+
+    from rocketmq_spark.storage import lease_looks_held
 
     log = exactly_once.CommitLog(str(tmp_path / "rocketmq-sink"))
     log.touch()
     exactly_once.ensure_responder(log, {"nameServer": txn_cluster.namesrv_addr}, "eo-idle",
                                   QUERY, idle_limit_s=1.0)
     responder_log = os.path.join(log.root, "responder.log")
-
-    def lock_is_free() -> bool:
-        with open(os.path.join(log.root, "responder.lock"), "a") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
-            fcntl.flock(lock, fcntl.LOCK_UN)
-            return True
-
     wait_until(lambda: os.path.exists(responder_log)
                and "answering check-backs" in open(responder_log).read(), 30,
                "the responder to start")
     wait_until(lambda: "no commit for 1 s" in open(responder_log).read(), 30,
                "the responder to notice it is idle")
-    wait_until(lock_is_free, 10, "the responder to exit and free its lock")
+    wait_until(lambda: b'"released": true' in (log.store.read(exactly_once.RESPONDER_LEASE)
+                                               or b""), 10,
+               "the responder to exit and release its lease")
+    assert not lease_looks_held(log.store, exactly_once.RESPONDER_LEASE)
 
 
 # ------------------------------------------------------------------------------ Spark

@@ -28,12 +28,14 @@ the others get a COMMIT. Never a blind second COMMIT.
 """
 from __future__ import annotations
 
-import fcntl
+import hashlib
 import json
 import logging
 import os
 import subprocess
 import sys
+import tempfile
+import time
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import psutil
@@ -41,6 +43,8 @@ import psutil
 from ..client.errors import RocketMQError
 from ..client.remoting import RemotingClient
 from ..client.transaction import HalfHandle, Outcome, end_transactions
+from ..storage import lease_looks_held
+from ..storage.lease import TTL_S as LEASE_TTL_S
 from .check_back import (
     BATCH_PROPERTY, END_GRACE_SECONDS, QUERY_PROPERTY, TOKEN_PROPERTY, decide,
 )
@@ -50,8 +54,8 @@ from .op_topic import OpTopic
 __all__ = [  # the protocol in one place; its parts live in the modules imported above
     "BATCH_PROPERTY", "END_GRACE_SECONDS", "QUERY_PROPERTY", "TOKEN_PROPERTY", "BatchRecord",
     "CommitLog", "CommitObserver", "OpTopic", "check_limits_warning", "commit_batch", "decide",
-    "driver_jvm_pid", "ensure_responder", "new_handles", "record_root", "rollback", "settle",
-    "settle_batch",
+    "driver_jvm_pid", "ensure_responder", "new_handles", "record_root", "responder_log_dir",
+    "rollback", "settle", "settle_batch", "RESPONDER_LEASE",
 ]
 log = logging.getLogger(__name__)
 
@@ -186,28 +190,44 @@ def driver_jvm_pid() -> Optional[int]:
     return None
 
 
+RESPONDER_LEASE = "responder.lease"
+# A responder started by this process recently may still be taking its lease.
+_started: Dict[str, float] = {}
+
+
+def responder_log_dir(commit_log: CommitLog) -> str:
+    """Where the responder's log goes: beside the record on a local store, else in a local
+    temporary folder named after the record's location."""
+    local = commit_log.store.local_dir()
+    if local:
+        return local
+    digest = hashlib.sha1(commit_log.root.encode()).hexdigest()[:12]
+    return os.path.join(tempfile.gettempdir(), f"rocketmq-sink-{digest}")
+
+
 def ensure_responder(commit_log: CommitLog, raw_options: Mapping[str, str], group: str,
                      query_id: str, idle_limit_s: Optional[float] = None) -> None:
-    """Start the query's check-back responder unless one runs for this checkpoint.
+    """Start the query's check-back responder unless one holds the record's responder lease.
 
     It is a process of its own (``python -m rocketmq_spark.sink.responder``), detached from
     Spark's worker, that lives while the driver JVM does (and not longer than ``idle_limit_s``,
     by default :data:`.responder.IDLE_LIMIT_S`, after the last commit), so the brokers always
-    have someone of the group to ask. Options reach it on stdin, never on its command line
-    (they may hold a secret key)."""
-    os.makedirs(commit_log.root, exist_ok=True)
-    lock_path = os.path.join(commit_log.root, "responder.lock")
-    with open(lock_path, "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return  # running
-        fcntl.flock(f, fcntl.LOCK_UN)
+    have someone of the group to ask. Which responder answers is settled by a lease object in
+    the record (:class:`..storage.Lease`, on every store); this only avoids starting one
+    needlessly. Options reach it on stdin, never on its command line (they may hold a secret
+    key)."""
+    if time.monotonic() - _started.get(commit_log.root, -1e9) < 2 * LEASE_TTL_S:
+        return
+    if lease_looks_held(commit_log.store, RESPONDER_LEASE):
+        return  # running
+    _started[commit_log.root] = time.monotonic()
     config = {"root": commit_log.root, "options": dict(raw_options), "group": group,
               "queryId": query_id, "jvmPid": driver_jvm_pid() or os.getppid()}
     if idle_limit_s is not None:
         config["idleLimitS"] = idle_limit_s
-    with open(os.path.join(commit_log.root, "responder.log"), "ab") as log_file:
+    log_dir = responder_log_dir(commit_log)
+    os.makedirs(log_dir, exist_ok=True)
+    with open(os.path.join(log_dir, "responder.log"), "ab") as log_file:
         proc = subprocess.Popen([sys.executable, "-m", "rocketmq_spark.sink.responder"],
                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                 stderr=log_file, start_new_session=True, close_fds=True)

@@ -15,6 +15,8 @@ from ..client.namespace import wrap, wrapped_name_problem
 from ..client.send_pipeline import SEND_OK, SEND_STATUSES
 from ..client.producer import MAX_MESSAGE_SIZE
 from ..client.settings import ConnectionSettings
+from ..storage import StorageOptions
+from ..storage.options import PREFIX as STORAGE_PREFIX
 from .send_back_options import check_send_back_options
 from ..options import (
     CONNECTION, Option, OptionError, OptionTable, choice, group_name, integer, namespace_option,
@@ -56,6 +58,8 @@ class SinkOptions:
     max_message_bytes: int = MAX_MESSAGE_SIZE
     delivery_guarantee: str = AT_LEAST_ONCE
     checkpoint_location: Optional[str] = None
+    # checkpointStorage.*: where the exactly-once record goes and the store's settings
+    checkpoint_storage: StorageOptions = field(default_factory=StorageOptions)
     # sendBack: rows are messages read from RocketMQ, sent back to this consumer group's
     # retry topic (:mod:`.send_back`) instead of being written to a topic
     send_back: Optional[str] = None
@@ -145,6 +149,8 @@ SINK_OPTIONS = OptionTable("the rocketmq sink", CONNECTION + (
 
 def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
     """Check every option; raise :class:`OptionError` naming the first one at fault."""
+    storage = StorageOptions.from_raw(raw)  # checked against the store when it is opened
+    raw = {k: v for k, v in raw.items() if not str(k).lower().startswith(STORAGE_PREFIX)}
     given = SINK_OPTIONS.given(
         raw, "(The sink has no path: name the topic with the option topic or a topic column.) "
         if any(str(k).lower() == "path" for k in raw) else "")
@@ -171,4 +177,5 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
     check_send_back_options(given, kw)
     if given.get("checkpointlocation", "").strip():
         kw["checkpoint_location"] = given["checkpointlocation"].strip()
+    kw["checkpoint_storage"] = storage
     return SinkOptions(**kw)

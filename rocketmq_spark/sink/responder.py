@@ -6,15 +6,15 @@ first commit (:func:`.exactly_once.ensure_responder`). It registers the query's 
 on every broker (HEART_BEAT), answers CHECK_TRANSACTION_STATE from the commit record
 (:func:`.check_back.decide`) and exits when the driver JVM is gone or the query has not
 committed for longer than the brokers keep asking (``idleLimitS`` of its configuration,
-:data:`IDLE_LIMIT_S` when not given). One per checkpoint (a file lock). Its configuration
-arrives as JSON on stdin.
+:data:`IDLE_LIMIT_S` when not given). One per query: it answers only while it holds the
+record's lease object (:class:`..storage.Lease`, which holds on every store, object stores
+included), and checks that it still holds it before each answer, so a zombie driver's
+responder and its restart's never both answer. Its configuration arrives as JSON on stdin.
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
-import os
 import sys
 import time
 
@@ -22,9 +22,11 @@ import psutil
 
 from ..client.nameserver import NameServerClient
 from ..client.remoting import RemotingClient
-from ..client.transaction import CheckResponder
+from ..client.transaction import CheckResponder, Outcome
+from ..storage import Lease, StorageOptions
 from .check_back import decide
 from .commit_record import CommitLog
+from .exactly_once import RESPONDER_LEASE
 from .op_topic import OpTopic
 from .options import parse_sink_options
 
@@ -56,54 +58,61 @@ def main() -> int:
     config = json.loads(sys.stdin.read())
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s responder %(process)d: %(message)s")
-    with open(os.path.join(config["root"], "responder.lock"), "a") as lock:
-        if not _take_lock(lock, int(config["jvmPid"])):
-            return 0
-        _answer_while_needed(config)
+    storage = StorageOptions.from_raw(config["options"])
+    commit_log = CommitLog(config["root"], storage=storage)
+    jvm = int(config["jvmPid"])
+    lease = Lease(commit_log.store, RESPONDER_LEASE, tag="responder-")
+    # An earlier run's responder may still be noticing its JVM is gone: wait for it a little.
+    if not lease.acquire(LOCK_WAIT_S, still_wanted=lambda: _alive(jvm)):
+        log.info("another responder holds %s: leaving", RESPONDER_LEASE)
+        return 0
+    try:
+        _answer_while_needed(config, commit_log, lease)
+    finally:
+        lease.release()
     return 0
 
 
-def _take_lock(lock, jvm: int) -> bool:
-    """The checkpoint's responder lock; False when another responder keeps it (an earlier
-    run's may still be noticing its JVM is gone: wait for it a little)."""
-    deadline = time.monotonic() + LOCK_WAIT_S
-    while True:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() > deadline or not _alive(jvm):
-                return False
-            time.sleep(0.2)
-
-
-def _answer_while_needed(config: dict) -> None:
-    """Answer check-backs until the driver JVM is gone or the query stays idle too long."""
-    root, jvm = config["root"], int(config["jvmPid"])
+def _answer_while_needed(config: dict, commit_log: CommitLog, lease: Lease) -> None:
+    """Answer check-backs until the driver JVM is gone, the query stays idle too long or the
+    lease is lost."""
+    jvm = int(config["jvmPid"])
     idle_limit = float(config.get("idleLimitS", IDLE_LIMIT_S))
     options = parse_sink_options(config["options"])
     settings = options.connection()
-    commit_log = CommitLog(root)
     lookups = RemotingClient(settings.client_config())
     ops = OpTopic(lookups)
     query_id = config["queryId"]
-    responder = CheckResponder.create(settings.client_config(), config["group"],
-                                      lambda request: decide(commit_log, query_id, ops, request))
+
+    def answer(request) -> Outcome:
+        if not lease.held():  # fencing: a successor may hold it now; send nothing
+            return Outcome.UNKNOWN
+        return decide(commit_log, query_id, ops, request)
+
+    responder = CheckResponder.create(settings.client_config(), config["group"], answer)
     names = NameServerClient(list(options.name_servers), lookups)
     log.info("answering check-backs of producer group %s (query %s) while JVM %d lives",
              config["group"], query_id, jvm)
     responder.register(_brokers(names))
     responder.start()
     last_brokers = last_report = time.monotonic()
+    last_idle_check = 0.0
     reported = dict(responder.answered)
     try:
         while _alive(jvm):
             if time.monotonic() - last_report > 60 and dict(responder.answered) != reported:
                 last_report, reported = time.monotonic(), dict(responder.answered)
                 log.info("check-backs answered so far: %s", reported)
-            if time.time() - commit_log.last_active() > idle_limit:
-                log.info("no commit for %.0f s: nothing left for the brokers to ask", idle_limit)
+            if lease.renew_due() and not lease.renew() or not lease.held():
+                log.warning("lost %s (another responder took it over): stopping",
+                            RESPONDER_LEASE)
                 break
+            if time.monotonic() - last_idle_check > min(30.0, idle_limit / 2):
+                last_idle_check = time.monotonic()
+                if time.time() - commit_log.last_active() > idle_limit:
+                    log.info("no commit for %.0f s: nothing left for the brokers to ask",
+                             idle_limit)
+                    break
             if time.monotonic() - last_brokers > 30:
                 last_brokers = time.monotonic()
                 try:

@@ -11,9 +11,7 @@ resends its rows with the same message ids; nothing is rolled back on ``abort``.
 """
 from __future__ import annotations
 
-import json
 import logging
-import os
 import re
 import secrets
 from dataclasses import dataclass
@@ -32,7 +30,9 @@ from ..options import NAME_CHARS, OptionError
 from ..spark_compat import stream_writer_bases
 from . import exactly_once
 from .exactly_once import CommitObserver
+from ..storage import StorageError, spark_log
 from .batch_time import batch_created_ms
+from .commit_record import open_record, spark_checkpoint
 from .ids import TaskIdentity, new_job_token, now_ms
 from .options import SinkOptions, parse_sink_options
 from .schema import ColumnPlan, plan_columns
@@ -94,17 +94,16 @@ def _warn_limits() -> None:
         log.warning(exactly_once.check_limits_warning())
 
 
-def _query_id(checkpoint_root: str) -> Optional[str]:
-    """The query id Spark keeps in ``<checkpointLocation>/metadata`` (stable across runs)."""
-    try:
-        with open(os.path.join(os.path.dirname(checkpoint_root), "metadata")) as f:
-            for line in f:
-                line = line.strip()
-                if line.startswith("{"):
-                    return str(json.loads(line)["id"])
-    except (OSError, ValueError, KeyError):
+def _query_id(options: SinkOptions) -> Optional[str]:
+    """The query id Spark keeps in ``<checkpointLocation>/metadata`` (stable across runs),
+    read through the storage layer (the checkpoint may be on HDFS or an object store)."""
+    if not options.checkpoint_location:
         return None
-    return None
+    try:
+        return spark_log.query_id(spark_checkpoint(options.checkpoint_location,
+                                                   options.checkpoint_storage))
+    except (OSError, ValueError, StorageError):
+        return None
 
 
 def _totals(messages: List[Optional[WriterCommitMessage]]) -> str:
@@ -213,7 +212,7 @@ class RocketMQStreamWriter(*stream_writer_bases()):
         return _group_name(self.options, self.query_name or query_id)
 
     def _commit_log(self) -> exactly_once.CommitLog:
-        return exactly_once.CommitLog(exactly_once.record_root(self.options.checkpoint_location))
+        return open_record(self.options.checkpoint_location, self.options.checkpoint_storage)
 
     def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
         if self.options.exactly_once:
@@ -223,10 +222,10 @@ class RocketMQStreamWriter(*stream_writer_bases()):
     def _commit_exactly_once(self, messages: List[Optional[WriterCommitMessage]],
                              batch_id: int) -> None:
         commit_log = self._commit_log()
-        query_id = _query_id(commit_log.root)
+        query_id = _query_id(self.options)
         if query_id is None:
             raise RuntimeError(f"the rocketmq sink cannot read the query id from "
-                               f"{os.path.dirname(commit_log.root)}/metadata")
+                               f"{self.options.checkpoint_location}/metadata")
         group = self._group(query_id)
         commit_log.touch()
         exactly_once.ensure_responder(commit_log, self.raw_options, group, query_id)
@@ -243,7 +242,7 @@ class RocketMQStreamWriter(*stream_writer_bases()):
     def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
         if self.options.exactly_once:
             commit_log = self._commit_log()
-            query_id = _query_id(commit_log.root) or ""
+            query_id = _query_id(self.options) or ""
             tokens = [m.summary.token for m in messages
                       if isinstance(m, SinkCommit) and m.summary.token]
             commit_log.record_abort(batchId, tokens)
@@ -297,7 +296,9 @@ def stream_writer(raw: Mapping[str, str], schema: StructType, overwrite: bool,
     plan = _plan(schema, options)
     if options.exactly_once:
         # Before this run writes anything: settle what an earlier run left pending.
-        commit_log = exactly_once.CommitLog(exactly_once.record_root(options.checkpoint_location))
+        # The record's store is checked here, at the query's start (reads only).
+        commit_log = open_record(options.checkpoint_location, options.checkpoint_storage,
+                                 check=True)
         if commit_log.pending():
             remoting = shared_producer(options).remoting
             exactly_once.settle(commit_log, remoting, exactly_once.OpTopic(remoting))
