@@ -186,6 +186,7 @@ class Broker:
         if self.master is None:
             self.schedule.start()
             self.transactions.start()
+            self.end_transaction.start()
         else:  # a slave runs no schedule or check service, it copies its master
             self.replication.start()
             self.slave_sync.start()
@@ -200,6 +201,7 @@ class Broker:
             self._housekeeping = None
         self.schedule.stop()
         self.transactions.stop()
+        self.end_transaction.stop()
         if self.master is not None:
             self.replication.stop()
             self.slave_sync.stop()

@@ -95,7 +95,9 @@ class BrokerFastPaths:
 
     def __init__(self, context: BrokerContext):
         self.pulls: Optional[PullAnswers] = pull_answers(context)
-        self.transactions: Optional[TransactionAnswers] = transaction_answers(context)
+        # 5.1+ writes op entries in batches (.op_batches), which the C path does not do
+        self.transactions: Optional[TransactionAnswers] = (
+            None if context.options.at_least("5.1") else transaction_answers(context))
         self.transaction_stats: Dict[str, int] = {"frames": 0, "sends": 0, "ends": 0}
 
     @property

@@ -95,6 +95,10 @@ class ServerOptions:
       "5.1" (5.1.4): op-topic bodies as comma-joined offset lists, topic message types
       (``+message.type``) published and checked, answers carrying 5.1.4's version. Handlers
       ask :meth:`at_least` (``options.at_least("5.1")``), never compare strings.
+    * ``transaction_op_batch_interval`` / ``transaction_op_msg_max_size``: under release 5.1,
+      how long an ended half message's op entry may wait in memory and how many bytes of
+      entries make an op message (transactionOpBatchInterval 3,000 ms,
+      transactionOpMsgMaxSize 4,096; :mod:`.op_batches`).
     * ``version``: the MQVersion ordinal in the answers' headers; by default the release's
       (409 for 4.9.8, 441 for 5.1.4).
     """
@@ -135,6 +139,8 @@ class ServerOptions:
     transaction_queue_capacity: int = 100_000
     wait_ms_in_transaction_queue: int = 3_000
     release: str = "4.9"
+    transaction_op_batch_interval: float = 3.0
+    transaction_op_msg_max_size: int = 4096
     version: int = 0  # 0: the release's own (RELEASE_VERSIONS)
 
     def __post_init__(self):
@@ -160,6 +166,11 @@ class ServerOptions:
         if self.transaction_check_max < 1:
             raise ValueError(f"transaction_check_max must be at least 1, got "
                              f"{self.transaction_check_max}")
+        if self.transaction_op_batch_interval <= 0 or self.transaction_op_msg_max_size < 1:
+            raise ValueError("transaction_op_batch_interval must be positive and "
+                             "transaction_op_msg_max_size at least 1, got "
+                             f"{self.transaction_op_batch_interval} and "
+                             f"{self.transaction_op_msg_max_size}")
         parse_delay_levels(self.message_delay_level)  # a bad table fails here, not on a send
         for name in QUEUE_OPTIONS:
             value = getattr(self, name)

@@ -27,6 +27,7 @@ from ..client.protocol.message import (
 from ..client.protocol.properties import UNIQ_KEY, java_hashmap_order
 from .background import BackgroundService
 from .context import BrokerContext
+from .op_batches import op_offsets
 from .records import ensure_system_topic
 from .transactions import (
     CHECK_MAX_TIME_TOPIC, CHECK_TIMES, HALF_TOPIC, OP_TOPIC, PGROUP, REAL_QID, REAL_TOPIC,
@@ -150,13 +151,10 @@ class TransactionCheckService(BackgroundService):
                 log.error("%s: op message %d has tag %r, not %r", self.context.name, at,
                           op_msg.tags, REMOVE_TAG)
                 continue
-            try:
-                ended = int(op_msg.stored_body.decode())
-            except ValueError:
-                ended = -1
-            if ended < half_offset:
+            named = [o for o in op_offsets(op_msg.stored_body) if o >= half_offset]
+            if not named:  # only halves before the pass: the op message is done with
                 scan.passed_ops.append(at)
-            else:
+            for ended in named:
                 scan.ended[ended] = at
         return scan
 
@@ -280,9 +278,6 @@ class TransactionCheckService(BackgroundService):
         op = store.existing_queue(OP_TOPIC, 0)
         for at in range(op.min_offset, op.max_offset) if op else ():
             body = decode_message(op.record(at), verify_crc=False, decompress=False)[0]
-            try:
-                ended.add(int(body.stored_body.decode()))
-            except ValueError:
-                pass
+            ended.update(op_offsets(body.stored_body))
         start = max(self._consume_offset(HALF_TOPIC), half.min_offset)
         return [i for i in range(start, half.max_offset) if i not in ended]

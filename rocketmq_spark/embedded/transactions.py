@@ -19,6 +19,8 @@ What the genuine broker does (``SendMessageProcessor``, ``TransactionalMessageBr
   with tag ``d`` and the half queue offset as its body. Nothing remembers what was already
   ended: a second COMMIT stores the real message again, as on the genuine broker.
   ``commitOrRollback`` 0 (UNKNOWN) and values other than 0/8/12 change nothing.
+* Under release 5.1 the op entries are queued and written in batches, comma-joined
+  (:mod:`.op_batches`).
 
 The check-back of half messages nobody ended is :mod:`.transaction_check`.
 """
@@ -41,6 +43,7 @@ from ..client.protocol.properties import (
 )
 from .context import BrokerContext
 from .headers import java_bool, opt_str, req_int, req_long, req_str
+from .op_batches import OpBatches
 from .records import ensure_system_topic, tag_code
 from .store import BrokerStore
 
@@ -122,11 +125,11 @@ def committed_record(half: bytes, layout, topic: str, queue_id: int, queue_offse
         bytes((len(topic_b),)), topic_b, len(props_b).to_bytes(2, "big"), props_b))
 
 
-def op_record(half_offset: int, queue_offset: int, physical_offset: int, now: int,
+def op_record(body: bytes, queue_offset: int, physical_offset: int, now: int,
               host: bytes, v6: bool) -> bytes:
-    """The op message for half message ``half_offset`` (what ``encode_stored_message`` builds
-    with the broker's address as born and store host)."""
-    body = str(half_offset).encode()
+    """An op message with ``body`` (4.x: one half offset; 5.1+: comma-joined offsets, see
+    :mod:`.op_batches`), as ``encode_stored_message`` builds it with the broker's address as
+    born and store host."""
     props = OP_PROPERTIES.encode()
     sys_flag = (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6) if v6 else 0
     total = 56 + 2 * len(host) + 12 + 4 + len(body) + 1 + len(OP_TOPIC) + 2 + len(props)
@@ -163,6 +166,19 @@ class EndTransactionHandler:
 
     def __init__(self, context: BrokerContext):
         self.context = context
+        # 5.1+: op entries are queued and written in batches (TransactionalOpBatchService)
+        self.op_batches: Optional[OpBatches] = (
+            OpBatches(context, self._write_op) if context.options.at_least("5.1") else None)
+
+    def start(self) -> None:
+        """Start the op batch writer (5.1+; on the loop)."""
+        if self.op_batches is not None:
+            self.op_batches.start()
+
+    def stop(self) -> None:
+        """Stop the op batch writer, writing what it still holds."""
+        if self.op_batches is not None:
+            self.op_batches.stop()
 
     def handle(self, conn, cmd: RemotingCommand) -> Optional[RemotingCommand]:
         """Commit or roll back one half message (EndTransactionProcessor); ``conn`` is the
@@ -226,11 +242,19 @@ class EndTransactionHandler:
         return True
 
     def _put_op(self, half_offset: int) -> None:
-        """The op message that marks half message ``half_offset`` as ended."""
+        """Mark half message ``half_offset`` as ended: its own op message (4.x), or an entry
+        of the next batched one (5.1+)."""
+        if self.op_batches is not None:
+            self.op_batches.add(half_offset)
+        else:
+            self._write_op(str(half_offset).encode())
+
+    def _write_op(self, body: bytes) -> None:
+        """Store one op message with ``body``."""
         ensure_system_topic(self.context.store, OP_TOPIC)
         host, v6 = pack_host(self.context.addr)
         self.context.records.append(OP_TOPIC, 0, lambda _, offset, phys, now: op_record(
-            half_offset, offset, phys, now, host, v6), codes=[REMOVE_TAG_CODE])
+            body, offset, phys, now, host, v6), codes=[REMOVE_TAG_CODE])
 
 
 def _encode_real(record: bytes, topic: str, qid: int, offset: int, phys: int, now: int,

@@ -23,8 +23,10 @@ recorded yet, or whose END_TRANSACTIONs are being sent → UNKNOWN (asked again 
 
 On restart, the first ``streamWriter()`` of the new run (on the driver, before any task
 writes) settles what the last run left pending (:func:`settle`): for a batch recorded but not
-marked, the op topic says which half messages the dead driver's END_TRANSACTIONs reached; only
-the others get a COMMIT. Never a blind second COMMIT.
+marked, the op topic says which half messages the dead driver's END_TRANSACTIONs reached (read
+in both of its forms, :mod:`.op_topic`; read again a few seconds later when some look
+unsettled, as a 5.1+ broker writes op entries in batches); only the others get a COMMIT. Never
+a blind second COMMIT: an op topic that cannot be read fails the restart.
 """
 from __future__ import annotations
 
@@ -49,13 +51,13 @@ from .check_back import (
     BATCH_PROPERTY, END_GRACE_SECONDS, QUERY_PROPERTY, TOKEN_PROPERTY, decide,
 )
 from .commit_record import BatchRecord, CommitLog, record_root
-from .op_topic import OpTopic
+from .op_topic import OP_WRITE_DELAY_S, OpTopic, OpTopicError
 
 __all__ = [  # the protocol in one place; its parts live in the modules imported above
     "BATCH_PROPERTY", "END_GRACE_SECONDS", "QUERY_PROPERTY", "TOKEN_PROPERTY", "BatchRecord",
-    "CommitLog", "CommitObserver", "OpTopic", "check_limits_warning", "commit_batch", "decide",
-    "driver_jvm_pid", "ensure_responder", "new_handles", "record_root", "responder_log_dir",
-    "rollback", "settle", "settle_batch", "RESPONDER_LEASE",
+    "CommitLog", "CommitObserver", "OpTopic", "OpTopicError", "check_limits_warning",
+    "commit_batch", "decide", "driver_jvm_pid", "ensure_responder", "new_handles",
+    "record_root", "responder_log_dir", "rollback", "settle", "settle_batch", "RESPONDER_LEASE",
 ]
 log = logging.getLogger(__name__)
 
@@ -146,15 +148,8 @@ def rollback(remoting: RemotingClient, group: str, handles: Iterable[HalfHandle]
         return 0
 
 
-def settle_batch(commit_log: CommitLog, remoting: RemotingClient, ops: OpTopic,
-                 batch_id: int) -> int:
-    """COMMIT the rows of a recorded batch that no END_TRANSACTION has reached (the op topic
-    says which), then mark it. Returns how many COMMITs were sent."""
-    if commit_log.ended_at(batch_id) is not None:
-        return 0
-    record = commit_log.committed(batch_id)
-    if record is None:
-        return 0
+def _unsettled(ops: OpTopic, record: BatchRecord) -> List[HalfHandle]:
+    """The handles of ``record`` whose half message no op message names yet."""
     todo: List[HalfHandle] = []
     by_address: Dict[str, List[HalfHandle]] = {}
     for h in record.handles:
@@ -162,6 +157,26 @@ def settle_batch(commit_log: CommitLog, remoting: RemotingClient, ops: OpTopic,
     for address, items in by_address.items():
         settled = ops.settled(address, record.op_start.get(address, 0))
         todo.extend(h for h in items if h.queue_offset not in settled)
+    return todo
+
+
+def settle_batch(commit_log: CommitLog, remoting: RemotingClient, ops: OpTopic,
+                 batch_id: int, op_write_delay: float = OP_WRITE_DELAY_S) -> int:
+    """COMMIT the rows of a recorded batch that no END_TRANSACTION has reached (the op topic
+    says which, read again after ``op_write_delay`` seconds when some look unsettled), then
+    mark it. Returns how many COMMITs were sent. Raises :class:`.op_topic.OpTopicError` when
+    an op topic cannot be read: committing blind could store rows twice."""
+    if commit_log.ended_at(batch_id) is not None:
+        return 0
+    record = commit_log.committed(batch_id)
+    if record is None:
+        return 0
+    todo = _unsettled(ops, record)
+    if todo and op_write_delay > 0:
+        # A 5.1+ broker keeps op entries in memory for up to transactionOpBatchInterval after
+        # the END_TRANSACTION: the dead driver's last ones may not be readable yet.
+        time.sleep(op_write_delay)
+        todo = _unsettled(ops, record)
     sent = end_transactions(remoting, record.group, todo, Outcome.COMMIT) if todo else 0
     commit_log.mark_ended(batch_id)
     log.warning("rocketmq sink: settled micro-batch %d left pending by an earlier run: %d of "
@@ -170,9 +185,11 @@ def settle_batch(commit_log: CommitLog, remoting: RemotingClient, ops: OpTopic,
     return sent
 
 
-def settle(commit_log: CommitLog, remoting: RemotingClient, ops: OpTopic) -> int:
+def settle(commit_log: CommitLog, remoting: RemotingClient, ops: OpTopic,
+           op_write_delay: float = OP_WRITE_DELAY_S) -> int:
     """Settle every batch the last run recorded but did not finish (restart)."""
-    return sum(settle_batch(commit_log, remoting, ops, b) for b in commit_log.pending())
+    return sum(settle_batch(commit_log, remoting, ops, b, op_write_delay)
+               for b in commit_log.pending())
 
 
 # ------------------------------------------------------------------------------ responder
