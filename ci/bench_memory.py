@@ -33,7 +33,8 @@ import psutil
 
 CI = Path(__file__).resolve().parent
 sys.path.insert(0, str(CI))
-from bench_spark import ROOT, make_spark, start_server, stop_server  # noqa: E402
+from bench_session import ROOT, make_spark  # noqa: E402
+from bench_processes import start_server, stop_server  # noqa: E402
 
 TOPIC = "BenchMemory"
 

@@ -100,591 +100,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pickle
 import shutil
-import statistics
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
 
-import psutil
-
-ROOT = Path(__file__).resolve().parents[1]
-CI = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(CI))
-# Spark's Python workers import bench_sources (classes are pickled by reference).
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [str(CI), str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-os.environ["PYSPARK_PYTHON"] = sys.executable
-os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-
-from rocketmq_spark.client import Message, Producer  # noqa: E402
-from rocketmq_spark.client.admin import Admin  # noqa: E402
-
-READ_TOPIC = "BenchSpark"
-LATENCY_TOPIC = "BenchLatency"
-WIDE_TOPIC = "BenchWide"
-
-
-# ------------------------------------------------------------------------------ processes
-
-
-def start_server(*flags: str, timeout: float = 300):
-    """``python -m rocketmq_spark.embedded FLAGS``; returns (process, namesrv address)."""
-    proc = subprocess.Popen([sys.executable, "-m", "rocketmq_spark.embedded", *flags],
-                            stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    namesrv = None
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        if line.startswith("namesrv"):
-            namesrv = line.split()[1]
-        if line.startswith("ready") and namesrv:
-            return proc, namesrv
-    proc.kill()
-    raise RuntimeError(f"the embedded server ({' '.join(flags)}) did not become ready")
-
-
-def stop_server(proc) -> None:
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def _cpu_seconds(process: psutil.Process) -> float:
-    """User + system CPU seconds of one process (not of its children)."""
-    times = process.cpu_times()
-    return times.user + times.system
-
-
-def cpu_by_role(server_pid: int) -> Dict[str, float]:
-    """CPU seconds (user + system) so far of the live processes: the embedded server, Spark's
-    JVM and the Python processes it started (workers, daemons, runners)."""
-    me = psutil.Process()
-    out = {"server": 0.0, "jvm": 0.0, "python_workers": 0.0, "bench_driver": _cpu_seconds(me)}
-    skip = {server_pid}
-    try:
-        server = psutil.Process(server_pid)
-        out["server"] = _cpu_seconds(server)
-        skip.update(p.pid for p in server.children(recursive=True))
-    except psutil.Error:
-        pass
-    for child in me.children(recursive=True):
-        if child.pid in skip:
-            continue
-        try:
-            role = "jvm" if "java" in child.name() else "python_workers"
-            out[role] += _cpu_seconds(child)
-        except psutil.Error:  # it ended meanwhile
-            pass
-    return out
-
-
-def machine_busy() -> float:
-    """CPU seconds the whole machine has been busy (all cores; idle and iowait excluded)."""
-    t = psutil.cpu_times()
-    return t.user + t.nice + t.system + t.irq + t.softirq + t.steal
-
-
-def cpu_snapshot(server_pid: int) -> Dict[str, float]:
-    snap = cpu_by_role(server_pid)
-    snap["machine"] = machine_busy()
-    return snap
-
-
-def cpu_delta(before: Dict[str, float], after: Dict[str, float]) -> Dict[str, float]:
-    """Per-role CPU seconds between two snapshots; ``other`` is what processes outside this
-    benchmark used meanwhile (a shared machine makes the figures noisy)."""
-    out = {k: round(after[k] - before.get(k, 0.0), 3) for k in after if k != "machine"}
-    out["other"] = round(max(0.0, after["machine"] - before["machine"] - sum(out.values())), 3)
-    return out
-
-
-# ------------------------------------------------------------------------------ Spark
-
-
-def make_spark():
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.master("local[2]").appName("rocketmq-spark-bench")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.log.level", "ERROR")
-             .config("spark.driver.memory", "4g")
-             .config("spark.sql.session.timeZone", "UTC")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.sql.streaming.stopTimeout", "30s")
-             .config("spark.sql.streaming.numRecentProgressUpdates", "10000")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    from bench_sources import FileStreamSource, OneRowStreamSource, PrebuiltArrowSource
-    from rocketmq_spark.datasource import RocketMQDataSource
-
-    spark.dataSource.register(RocketMQDataSource)
-    spark.dataSource.register(PrebuiltArrowSource)
-    spark.dataSource.register(OneRowStreamSource)
-    spark.dataSource.register(FileStreamSource)
-    return spark
-
-
-def ours_df(spark, namesrv: str, args):
-    reader = (spark.read.format("rocketmq").option("nameServer", namesrv)
-              .option("subscribe", READ_TOPIC).option("pullBatchSize", str(args.pull_batch_size)))
-    for item in args.read_option:
-        key, _, value = item.partition("=")
-        reader = reader.option(key, value)
-    return reader.load()
-
-
-def prebuilt_df(spark, path: str, rows: int, partitions: int):
-    return (spark.read.format("bench_prebuilt").option("path", path).option("rows", str(rows))
-            .option("partitions", str(partitions)).load())
-
-
-def jvm_df(spark, rows: int, partitions: int, size: int):
-    from pyspark.sql import functions as F
-
-    from rocketmq_spark.source.arrow import spark_schema
-
-    now_ms = int(time.time() * 1000)
-    cols = {
-        "topic": F.lit(READ_TOPIC), "brokerName": F.lit("broker-a"),
-        "queueId": (F.col("id") % partitions).cast("int"), "queueOffset": F.col("id"),
-        "body": F.lit(bytearray(b"x" * size)), "tags": F.lit(None).cast("string"),
-        "keys": F.lit(None).cast("string"), "msgId": F.lit("7F00000100002A9F0000000000000000"),
-        "bornTimestamp": F.timestamp_millis(F.lit(now_ms)),
-        "storeTimestamp": F.timestamp_millis(F.lit(now_ms)),
-        "bornHost": F.lit("127.0.0.1:40000"), "storeHost": F.lit("127.0.0.1:10911"),
-        "reconsumeTimes": F.lit(0), "commitLogOffset": F.col("id"),
-    }
-    schema = spark_schema()
-    df = spark.range(0, rows, 1, partitions).select(
-        [cols[f.name].cast(f.dataType).alias(f.name) for f in schema.fields])
-    assert [(f.name, f.dataType) for f in df.schema.fields] == \
-        [(f.name, f.dataType) for f in schema.fields], df.schema
-    return df
-
-
-def noop_write(df) -> float:
-    started = time.perf_counter()
-    df.write.format("noop").mode("overwrite").save()
-    return time.perf_counter() - started
-
-
-# ------------------------------------------------------------------------------ 1. read rate
-
-
-def build_reference_batch(namesrv: str, args, path: str) -> dict:
-    """The first Spark batch our own partition reader yields for the first partition of the
-    read in part 1 (same options), saved as Arrow IPC."""
-    from bench_sources import save_batch
-    from rocketmq_spark.source.batch_reader import RocketMQBatchReader
-    from rocketmq_spark.source.options import parse_source_options
-    from rocketmq_spark.source.partition_reader import read_partition
-
-    raw = {"nameServer": namesrv, "subscribe": READ_TOPIC,
-           "pullBatchSize": str(args.pull_batch_size)}
-    raw.update(item.partition("=")[::2] for item in args.read_option)
-    options = parse_source_options(raw, streaming=False)
-    partition = RocketMQBatchReader(options).partitions()[0]
-    batches = read_partition(options, partition)
-    batch = next(batches)
-    batches.close()
-    save_batch(batch, path)
-    return {"rows": batch.num_rows, "bytes": batch.nbytes}
-
-
-def bench_read(spark, namesrv: str, server_pid: int, args, tmp: str) -> dict:
-    ref_path = os.path.join(tmp, "reference.arrows")
-    ref = build_reference_batch(namesrv, args, ref_path)
-    print(f"reference batch: {ref['rows']:,} rows, {ref['bytes']:,} B", flush=True)
-    n = args.messages
-    cases = {
-        "ours": lambda: ours_df(spark, namesrv, args),
-        "python_ceiling": lambda: prebuilt_df(spark, ref_path, n, args.queues),
-        "jvm_range": lambda: jvm_df(spark, n, args.queues, args.size),
-    }
-    # Row counts and partition counts must agree (counted once, untimed).
-    checks = {}
-    for name, make in cases.items():
-        df = make()
-        checks[name] = {"rows": df.count(), "partitions": df.rdd.getNumPartitions()}
-    print(f"row/partition check: {checks}", flush=True)
-    for name, c in checks.items():
-        if c["rows"] != n:
-            raise SystemExit(f"{name} has {c['rows']} rows, expected {n}")
-
-    times: Dict[str, List[float]] = {name: [] for name in cases}
-    cpu: Dict[str, Dict[str, float]] = {name: {} for name in cases}
-    warm = args.warmup_rounds
-    for round_no in range(warm + args.runs):
-        for name, make in cases.items():
-            df = make()
-            before = cpu_snapshot(server_pid)
-            seconds = noop_write(df)
-            delta = cpu_delta(before, cpu_snapshot(server_pid))
-            label = f"warm-up {round_no + 1}" if round_no < warm else f"run {round_no - warm + 1}"
-            print(f"  {label:9} {name:15} {seconds:6.2f} s  {n / seconds:>12,.0f} rows/s  "
-                  f"cpu {delta}", flush=True)
-            if round_no >= warm:
-                times[name].append(seconds)
-                for k, v in delta.items():
-                    cpu[name][k] = cpu[name].get(k, 0.0) + v
-    out = {"reference_batch": ref, "checks": checks, "cases": {}}
-    for name in cases:
-        med = statistics.median(times[name])
-        per_run = {k: round(v / args.runs, 3) for k, v in cpu[name].items()}
-        out["cases"][name] = {
-            "seconds": times[name], "median_seconds": med, "rows_per_s": n / med,
-            "cpu_seconds_per_run": per_run,
-            "cpu_per_1M_rows": round(sum(per_run[k] for k in ("server", "jvm", "python_workers"))
-                                     * 1e6 / n, 3),
-            "cpu_per_1M_rows_by_role": {k: round(per_run[k] * 1e6 / n, 3)
-                                        for k in ("server", "jvm", "python_workers")},
-        }
-    out["cpu_ratio"] = (out["cases"]["python_ceiling"]["cpu_per_1M_rows"]
-                        / out["cases"]["ours"]["cpu_per_1M_rows"])
-    out["other_cpu_per_run"] = round(statistics.fmean(
-        out["cases"][k]["cpu_seconds_per_run"]["other"] for k in cases), 3)
-    out["ratio_vs_python_ceiling_pairwise_median"] = statistics.median(
-        a / o for a, o in zip(times["python_ceiling"], times["ours"]))
-    ours = out["cases"]["ours"]["rows_per_s"]
-    out["ratio_vs_python_ceiling"] = ours / out["cases"]["python_ceiling"]["rows_per_s"]
-    out["ratio_vs_jvm_range"] = ours / out["cases"]["jvm_range"]["rows_per_s"]
-    return out
-
-
-# ------------------------------------------------------------------------------ 2. latency
-
-
-def percentile(values: List[float], q: float) -> float:
-    s = sorted(values)
-    if not s:
-        return float("nan")
-    k = (len(s) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
-
-
-def _epoch(iso: str) -> float:
-    from datetime import datetime
-
-    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
-
-
-def progress_stats(progresses: List[dict], skip: int = 0, after: Optional[float] = None
-                   ) -> dict:
-    """Median triggerExecution and its parts over the batches with data: the first ``skip``
-    left out, and those that started before ``after`` (epoch s)."""
-    rows = [p for p in progresses if p.get("numInputRows", 0) > 0][skip:]
-    if after is not None:
-        rows = [p for p in rows if _epoch(p["timestamp"]) >= after]
-    keys = ("triggerExecution", "latestOffset", "walCommit", "queryPlanning", "getBatch",
-            "addBatch", "commitOffsets")
-    out = {"batches": len(rows)}
-    for k in keys:
-        vals = [p["durationMs"].get(k, 0) for p in rows]
-        out[k] = statistics.median(vals) if vals else float("nan")
-    return out
-
-
-def _collect_sink(record):
-    """A foreachBatch function: collect the batch's keys and born times to this driver and
-    call ``record(batch_id, rows, time.time())`` right after."""
-    def sink(batch_df, batch_id):
-        rows = batch_df.select("keys", "bornTimestamp").collect()
-        record(batch_id, rows, time.time())
-    return sink
-
-
-def _start(df, sink: str, checkpoint: str, record=None):
-    writer = df.writeStream.option("checkpointLocation", checkpoint) \
-        .trigger(processingTime="0 seconds")
-    if sink == "noop":
-        writer = writer.format("noop")
-    else:
-        writer = writer.foreachBatch(_collect_sink(record or (lambda *a: None)))
-    return writer.start()
-
-
-def bench_reference_stream(spark, args, tmp: str, sink: str = "noop") -> dict:
-    """``--reference-batches`` one-row micro-batches; then the source idles and the query is
-    stopped between batches (stopping during one logs an aborted write)."""
-    df = spark.readStream.format("bench_one_row") \
-        .option("batches", str(args.reference_batches)).load()
-    query = _start(df, sink, os.path.join(tmp, f"cp-one-row-{sink}"))
-    try:
-        deadline = time.monotonic() + 30 + args.reference_batches
-        done = 0
-        while done < args.reference_batches and time.monotonic() < deadline:
-            if query.exception() is not None:
-                raise RuntimeError(f"the reference query failed: {query.exception()}")
-            time.sleep(0.2)
-            done = sum(json.loads(p.json).get("numInputRows", 0) for p in query.recentProgress)
-        time.sleep(0.5)
-    finally:
-        progresses = [json.loads(p.json) for p in query.recentProgress]
-        query.stop()
-    return progress_stats(progresses, skip=3)
-
-
-def _offsets(value) -> Dict[str, int]:
-    if value is None:
-        return {}
-    return json.loads(value) if isinstance(value, str) else dict(value)
-
-
-def commit_times(progresses: List[dict], sends: Dict[int, tuple]) -> Dict[int, float]:
-    """key -> end of the trigger (progress timestamp + triggerExecution) of the micro-batch
-    whose offset range holds the message; ``sends`` maps key -> (queue key, offset)."""
-    spans = []
-    for p in progresses:
-        if not p.get("numInputRows"):
-            continue
-        src = p["sources"][0]
-        start, end = _offsets(src.get("startOffset")), _offsets(src.get("endOffset"))
-        done = _epoch(p["timestamp"]) + p["durationMs"]["triggerExecution"] / 1000.0
-        spans.append((start, end, done))
-    out = {}
-    for key, (queue, offset) in sends.items():
-        for start, end, done in spans:
-            if queue in end and start.get(queue, 0) <= offset < end[queue]:
-                out[key] = done
-                break
-    return out
-
-
-def bench_latency(spark, namesrv: str, args, tmp: str, sink: str = "foreachBatch",
-                  seconds: Optional[float] = None, topic: str = LATENCY_TOPIC,
-                  source_format: str = "rocketmq", transport: str = "rocketmq",
-                  rate: Optional[float] = None) -> dict:
-    """A source at a steady send rate; see the module docstring for the definitions.
-
-    ``transport="file"``: instead of RocketMQ, records appended to a local file and read by
-    ``bench_file_stream`` (the zero-cost reference)."""
-    seconds = args.latency_seconds if seconds is None else seconds
-    rate = args.latency_rate if rate is None else rate
-    sent: Dict[int, float] = {}        # key -> time.time() before send
-    where: Dict[int, tuple] = {}       # key -> (queue key, queue offset)
-    arrived: Dict[int, float] = {}     # key -> time.time() after collect in foreachBatch
-    born: Dict[int, float] = {}        # key -> bornTimestamp (s)
-    batches = []
-
-    def record(batch_id, rows, now):
-        batches.append((batch_id, len(rows), now))
-        for r in rows:
-            key = int(r["keys"])
-            arrived.setdefault(key, now)
-            born[key] = r["bornTimestamp"].timestamp()
-
-    if transport == "file":
-        from bench_sources import append_record
-
-        path = os.path.join(tmp, f"records-{sink}-{time.monotonic_ns()}")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        df = spark.readStream.format("bench_file_stream").option("path", path).load()
-        name = f"file-{sink}"
-    else:
-        df = (spark.readStream.format(source_format).option("nameServer", namesrv)
-              .option("subscribe", topic).option("startingOffsets", "latest").load())
-        name = f"{sink}-{topic}-{source_format}"
-    query = _start(df, sink, os.path.join(tmp, f"cp-latency-{name}"), record)
-    stop_sending = threading.Event()
-    total = int((args.latency_warmup + seconds) * rate)
-    warm = int(args.latency_warmup * rate)
-
-    def paced():
-        """Message numbers 0..total-1, each at its send time; records that time in ``sent``."""
-        next_at = time.monotonic()
-        for i in range(total):
-            if stop_sending.is_set():
-                return
-            delay = next_at - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            sent[i] = time.time()
-            yield i
-            next_at += 1.0 / rate
-
-    def produce():
-        if transport == "file":
-            for i in paced():
-                append_record(fd, int(sent[i] * 1000))
-                where[i] = ("pos", i)
-            return
-        body = b"x" * args.size
-        with Producer(namesrv) as producer:
-            producer.queues(topic, refresh=True)
-            for i in paced():
-                result = producer.send(Message(topic, body, keys=str(i)))
-                where[i] = (result.queue.key, result.queue_offset)
-
-    def last_batch_done() -> bool:
-        last = query.lastProgress
-        return bool(where) and last is not None and all(
-            _offsets(last["sources"][0].get("endOffset")).get(q, -1) > o
-            for q, o in (where[k] for k in list(where)[-4:]))
-
-    try:
-        deadline = time.monotonic() + 60
-        while query.lastProgress is None and time.monotonic() < deadline:
-            time.sleep(0.05)  # batch 0 pins the starting offsets
-        if query.lastProgress is None:
-            raise RuntimeError(f"the latency query made no progress: {query.exception()}")
-        producer = threading.Thread(target=produce, daemon=True)
-        producer.start()
-        producer.join(args.latency_warmup + seconds + 60)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if query.exception() is not None:
-                raise RuntimeError(f"the latency query failed: {query.exception()}")
-            if (len(arrived) >= total) if sink != "noop" else last_batch_done():
-                break
-            time.sleep(0.1)
-        time.sleep(0.3)
-    finally:
-        stop_sending.set()
-        progresses = [json.loads(p.json) for p in query.recentProgress]
-        query.stop()
-        if transport == "file":
-            os.close(fd)
-    measured = [k for k in range(warm, total) if k in sent]
-    warm_end = sent.get(warm, float("inf"))
-    committed = commit_times(progresses, {k: where[k] for k in measured if k in where})
-    commit_lat = [(committed[k] - sent[k]) * 1000 for k in measured if k in committed]
-    out = {
-        "sink": sink, "messages_sent": len(measured),
-        "commit_p50_ms": percentile(commit_lat, 0.5), "commit_p99_ms": percentile(commit_lat, 0.99),
-        "progress": progress_stats(progresses, after=warm_end),
-    }
-    if sink != "noop":
-        lat = [(arrived[k] - sent[k]) * 1000 for k in measured if k in arrived]
-        born_lat = [(arrived[k] - born[k]) * 1000 for k in measured if k in arrived]
-        steady = [b for b in batches if b[2] > warm_end and b[1]]
-        out.update({
-            "messages_measured": len(lat), "messages_missing": len(measured) - len(lat),
-            "p50_ms": percentile(lat, 0.5), "p99_ms": percentile(lat, 0.99),
-            "mean_ms": statistics.fmean(lat) if lat else float("nan"),
-            "max_ms": max(lat) if lat else float("nan"),
-            "born_p50_ms": percentile(born_lat, 0.5),
-            "batches_with_rows": len(steady),
-            "rows_per_batch": statistics.median([b[1] for b in steady]) if steady else 0,
-        })
-    return out
-
-
-# ------------------------------------------------------------------------------ 3. planning
-
-
-def bench_planning(args) -> dict:
-    from pyspark.sql.streaming.datasource import ReadAllAvailable
-
-    from rocketmq_spark.source.offsets import to_offset
-    from rocketmq_spark.source.options import parse_source_options
-    from rocketmq_spark.source.stream_reader import RocketMQStreamReader
-
-    server, namesrv = start_server(
-        "--brokers", "2", "--topic", f"{WIDE_TOPIC}:{args.wide_queues}",
-        "--fill", f"{WIDE_TOPIC}:{args.wide_messages}:{args.size}")
-    try:
-        with Admin(namesrv) as admin:
-            queues = admin.queues(WIDE_TOPIC, refresh=True)
-        start = json.dumps(to_offset({mq: 0 for mq in queues}))
-        options = parse_source_options({"nameServer": namesrv, "subscribe": WIDE_TOPIC,
-                                        "offsetsRefreshIntervalMs": "0"}, streaming=True)
-
-        def plan(reader) -> tuple:
-            """What the streaming-source runner does for one micro-batch."""
-            t0 = time.perf_counter()
-            begin = json.loads(start)
-            end = reader.latestOffset(begin, ReadAllAvailable())
-            end_text = json.dumps(end)
-            t1 = time.perf_counter()
-            parts = reader.partitions(json.loads(start), json.loads(end_text))
-            blobs = [pickle.dumps(p, protocol=pickle.HIGHEST_PROTOCOL) for p in parts]
-            t2 = time.perf_counter()
-            return (t2 - t0) * 1000, (t1 - t0) * 1000, (t2 - t1) * 1000, len(parts), \
-                sum(len(b) for b in blobs)
-
-        reader = RocketMQStreamReader(options)
-        first, first_lo, first_pa, nparts, pbytes = plan(reader)
-        production, forced = [], []
-        parts_lo, parts_pa = [], []
-        for _ in range(args.planning_calls):
-            total, lo, pa_ms, n, _ = plan(reader)
-            production.append(total)
-        for _ in range(args.planning_calls):
-            reader.runner.offsets.expire_discovery()  # route cache stale too
-            total, lo, pa_ms, n, _ = plan(reader)
-            forced.append(total)
-            parts_lo.append(lo)
-            parts_pa.append(pa_ms)
-    finally:
-        stop_server(server)
-    return {
-        "queues": len(queues), "partitions": nparts, "pickled_partition_bytes": pbytes,
-        "first_call_ms": first, "first_latest_offset_ms": first_lo,
-        "first_partitions_ms": first_pa,
-        "median_ms": statistics.median(production), "max_ms": max(production),
-        "route_stale_median_ms": statistics.median(forced), "route_stale_max_ms": max(forced),
-        "route_stale_latest_offset_median_ms": statistics.median(parts_lo),
-        "route_stale_partitions_median_ms": statistics.median(parts_pa),
-    }
-
-
-# ------------------------------------------------------------------------------ main
-
-
-def ok(good: bool) -> str:
-    return "✔" if good else "✘"
-
-
-def read_table(result: dict) -> str:
-    """Part 1 alone (``--skip latency --skip planning``)."""
-    return "\n".join(["| measure | value | reference | ratio | target |",
-                      "|---|---:|---:|---:|---|"] + read_lines(result))
-
-
-def read_lines(result: dict) -> list:
-    r = result["read"]
-    c = r["cases"]
-    a = result["args"]
-    return [
-        f"| per-pull caps of the broker (messages / bytes), pullBatchSize | "
-        f"{a['max_transfer_count']} / {a['max_transfer_bytes']:,} B, {a['pull_batch_size']} "
-        "| | | – |",
-        f"| read rate, ours → noop (rows/s) | {c['ours']['rows_per_s']:,.0f} | "
-        f"(a) Python prebuilt batches {c['python_ceiling']['rows_per_s']:,.0f} | "
-        f"{r['ratio_vs_python_ceiling']:.2f} | "
-        f"≥ 0.6 {ok(r['ratio_vs_python_ceiling'] >= 0.6)} |",
-        f"| read rate, ours → noop (rows/s) | {c['ours']['rows_per_s']:,.0f} | "
-        f"(b) JVM spark.range {c['jvm_range']['rows_per_s']:,.0f} | "
-        f"{r['ratio_vs_jvm_range']:.2f} | – |",
-        f"| read rate ratio ours/(a), median of the per-round ratios | | | "
-        f"{r['ratio_vs_python_ceiling_pairwise_median']:.2f} | (noise check) |",
-        f"| CPU s per 1M rows (server + JVM + Python workers) | "
-        f"{c['ours']['cpu_per_1M_rows']:.2f} | (a) {c['python_ceiling']['cpu_per_1M_rows']:.2f} | "
-        f"{r['cpu_ratio']:.2f} | (CPU(a)/CPU(ours)) |",
-        f"| CPU s per 1M rows: Python workers / Spark JVM / embedded broker | "
-        f"{c['ours']['cpu_per_1M_rows_by_role']['python_workers']:.2f} / "
-        f"{c['ours']['cpu_per_1M_rows_by_role']['jvm']:.2f} / "
-        f"{c['ours']['cpu_per_1M_rows_by_role']['server']:.2f} | "
-        f"(a) {c['python_ceiling']['cpu_per_1M_rows_by_role']['python_workers']:.2f} / "
-        f"{c['python_ceiling']['cpu_per_1M_rows_by_role']['jvm']:.2f} / – | | "
-        f"workers ≤ 0.6 {ok(c['ours']['cpu_per_1M_rows_by_role']['python_workers'] <= 0.6)} |",
-        f"| CPU s used by other processes per timed run | {r['other_cpu_per_run']:.2f} | | | "
-        f"≈ 0 for clean figures |",
-    ]
+from bench_session import make_spark  # first: puts the checkout on sys.path, sets PYSPARK_*
+from bench_processes import start_server, stop_server
+from bench_spark_latency import LATENCY_TOPIC, bench_latency, bench_reference_stream
+from bench_spark_planning import bench_planning
+from bench_spark_read import READ_TOPIC, bench_read, ok, read_lines, read_table
 
 
 def table(result: dict) -> str:
@@ -745,7 +170,7 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=1_000_000)
@@ -783,8 +208,45 @@ def main() -> None:
     parser.add_argument("--skip", action="append", default=[],
                         choices=("read", "latency", "planning"), help="skip a part")
     parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def run_latency(spark, namesrv: str, args, tmp: str, result: dict) -> None:
+    """Part 2 into ``result``: the reference stream, our two latency runs and, unless
+    ``--no-diagnostics``, the three diagnostic runs."""
+    print("2. latency: reference (1-row Python stream, noop)", flush=True)
+    result["reference_stream"] = bench_reference_stream(spark, args, tmp)
+    print(f"   {result['reference_stream']}", flush=True)
+    print(f"2. latency: ours ({args.latency_rate:g} msg/s for "
+          f"{args.latency_warmup:g} + {args.latency_seconds:g} s)", flush=True)
+    result["latency"] = bench_latency(spark, namesrv, args, tmp)
+    print(f"   {result['latency']}", flush=True)
+    print(f"2. latency: ours, idle pipeline ({args.idle_latency_rate:g} msg/s for "
+          f"{args.latency_warmup:g} + {args.idle_latency_seconds:g} s)", flush=True)
+    result["latency_idle"] = bench_latency(spark, namesrv, args, tmp,
+                                           seconds=args.idle_latency_seconds,
+                                           rate=args.idle_latency_rate)
+    print(f"   {result['latency_idle']}", flush=True)
+    if args.no_diagnostics:
+        return
+    print("2. latency diagnostics: 1-row Python stream -> foreachBatch", flush=True)
+    result["reference_stream_foreach_batch"] = bench_reference_stream(
+        spark, args, tmp, sink="foreachBatch")
+    print(f"   {result['reference_stream_foreach_batch']}", flush=True)
+    print(f"2. latency diagnostics: ours -> noop ({args.diagnostics_seconds:g} s)",
+          flush=True)
+    result["latency_noop"] = bench_latency(spark, namesrv, args, tmp, sink="noop",
+                                           seconds=args.diagnostics_seconds)
+    print(f"   {result['latency_noop']}", flush=True)
+    print(f"2. latency diagnostics: zero-cost file source -> foreachBatch "
+          f"({args.diagnostics_seconds:g} s)", flush=True)
+    result["latency_file_reference"] = bench_latency(
+        spark, namesrv, args, tmp, seconds=args.diagnostics_seconds, transport="file")
+    print(f"   {result['latency_file_reference']}", flush=True)
+
+
+def main() -> None:
+    args = parse_args()
     started = time.monotonic()
     result: dict = {"args": vars(args) | {"json": str(args.json) if args.json else None},
                     "cpu_count": os.cpu_count()}
@@ -807,35 +269,7 @@ def main() -> None:
             print("1. read rate", flush=True)
             result["read"] = bench_read(spark, namesrv, server.pid, args, tmp)
         if "latency" not in args.skip:
-            print("2. latency: reference (1-row Python stream, noop)", flush=True)
-            result["reference_stream"] = bench_reference_stream(spark, args, tmp)
-            print(f"   {result['reference_stream']}", flush=True)
-            print(f"2. latency: ours ({args.latency_rate:g} msg/s for "
-                  f"{args.latency_warmup:g} + {args.latency_seconds:g} s)", flush=True)
-            result["latency"] = bench_latency(spark, namesrv, args, tmp)
-            print(f"   {result['latency']}", flush=True)
-            print(f"2. latency: ours, idle pipeline ({args.idle_latency_rate:g} msg/s for "
-                  f"{args.latency_warmup:g} + {args.idle_latency_seconds:g} s)", flush=True)
-            result["latency_idle"] = bench_latency(spark, namesrv, args, tmp,
-                                                   seconds=args.idle_latency_seconds,
-                                                   rate=args.idle_latency_rate)
-            print(f"   {result['latency_idle']}", flush=True)
-            if not args.no_diagnostics:
-                print("2. latency diagnostics: 1-row Python stream -> foreachBatch", flush=True)
-                result["reference_stream_foreach_batch"] = bench_reference_stream(
-                    spark, args, tmp, sink="foreachBatch")
-                print(f"   {result['reference_stream_foreach_batch']}", flush=True)
-                print(f"2. latency diagnostics: ours -> noop ({args.diagnostics_seconds:g} s)",
-                      flush=True)
-                result["latency_noop"] = bench_latency(spark, namesrv, args, tmp, sink="noop",
-                                                       seconds=args.diagnostics_seconds)
-                print(f"   {result['latency_noop']}", flush=True)
-                print(f"2. latency diagnostics: zero-cost file source -> foreachBatch "
-                      f"({args.diagnostics_seconds:g} s)", flush=True)
-                result["latency_file_reference"] = bench_latency(
-                    spark, namesrv, args, tmp, seconds=args.diagnostics_seconds,
-                    transport="file")
-                print(f"   {result['latency_file_reference']}", flush=True)
+            run_latency(spark, namesrv, args, tmp, result)
     finally:
         if spark is not None:
             spark.stop()

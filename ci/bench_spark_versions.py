@@ -4,13 +4,13 @@
 For each Spark (``--spark``, default ``4.3,4.0``: 4.3 is the project venv ``.venv``, 4.0 and
 4.1 the venvs of ci/compat.sh, made first with ``ci/compat.sh 4.0 --co -q``), in turn:
 
-1. Read rate: ci/bench_spark.py's read case (its ``bench_read``: ``spark.read.format(
-   "rocketmq")`` of ``--messages`` messages of 100 B in 4 queues from an embedded broker into
-   ``noop``, median of ``--runs`` timed rounds after ``--warmup-rounds``, beside a Python
-   source yielding prebuilt Arrow batches, the Python ceiling, which shows what the Spark
-   version itself changes), run by this file in that venv (``--read-worker``): with its own
-   session setup, since Spark 4.0 refuses to register a data source its own lookup found
-   (bench_spark.make_spark registers ``rocketmq``).
+1. Read rate: ci/bench_spark.py's read case (``bench_read`` of ci/bench_spark_read.py:
+   ``spark.read.format("rocketmq")`` of ``--messages`` messages of 100 B in 4 queues from an
+   embedded broker into ``noop``, median of ``--runs`` timed rounds after ``--warmup-rounds``,
+   beside a Python source yielding prebuilt Arrow batches, the Python ceiling, which shows
+   what the Spark version itself changes), run by this file in that venv (``--read-worker``):
+   with its own session setup, since Spark 4.0 refuses to register a data source its own
+   lookup found (bench_session.make_spark registers ``rocketmq``).
 2. Stream sink rate: this file again in that venv (``--sink-worker``): ``--sink-rows`` rows
    (``body`` of 100 B, ``keys``) in a parquet folder, read with ``readStream.parquet`` and
    written with ``writeStream.format("rocketmq")`` under Trigger.AvailableNow into an
@@ -96,10 +96,10 @@ def _row_fed_source():
 
 
 def _session():
-    """bench_spark.make_spark's session, in this venv (``rocketmq`` registered only where
+    """bench_session.make_spark's session, in this venv (``rocketmq`` registered only where
     Spark's own lookup did not find it: Spark 4.0 refuses the second registration)."""
     sys.path.insert(0, str(CI))
-    import bench_spark  # noqa: F401  (sets PYTHONPATH and PYSPARK_PYTHON for the workers)
+    import bench_session  # noqa: F401  (sets PYTHONPATH and PYSPARK_PYTHON for the workers)
     from pyspark.sql import SparkSession
 
     from rocketmq_spark.datasource import RocketMQDataSource
@@ -119,21 +119,21 @@ def _session():
 
 def read_worker(args) -> dict:
     spark = _session()
-    import bench_spark
+    from bench_processes import start_server, stop_server
+    from bench_spark_read import READ_TOPIC, bench_read
     from bench_sources import PrebuiltArrowSource
 
     import pyspark
 
     tmp = tempfile.mkdtemp(prefix="bench-versions-")
-    server, namesrv = bench_spark.start_server(
-        "--topic", f"{bench_spark.READ_TOPIC}:4",
-        "--fill", f"{bench_spark.READ_TOPIC}:{args.messages}:100")
+    server, namesrv = start_server(
+        "--topic", f"{READ_TOPIC}:4", "--fill", f"{READ_TOPIC}:{args.messages}:100")
     try:
         spark.dataSource.register(PrebuiltArrowSource)
         options = argparse.Namespace(messages=args.messages, size=100, queues=4,
                                      runs=args.runs, warmup_rounds=args.warmup_rounds,
                                      pull_batch_size=32, read_option=[])
-        read = bench_spark.bench_read(spark, namesrv, server.pid, options, tmp)
+        read = bench_read(spark, namesrv, server.pid, options, tmp)
         cases = read["cases"]
         return {"spark": pyspark.__version__,
                 "ours_rows_per_s": cases["ours"]["rows_per_s"],
@@ -142,13 +142,13 @@ def read_worker(args) -> dict:
                 "other_cpu_per_run": read["other_cpu_per_run"]}
     finally:
         spark.stop()
-        bench_spark.stop_server(server)
+        stop_server(server)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 def sink_worker(args) -> dict:
     spark = _session()
-    from bench_spark import cpu_delta, cpu_snapshot, start_server, stop_server
+    from bench_processes import cpu_delta, cpu_snapshot, start_server, stop_server
 
     import pyspark
 
