@@ -76,10 +76,10 @@ from typing import Callable, Dict, List, Optional
 CI = Path(__file__).resolve().parent
 sys.path.insert(0, str(CI))
 
-from bench_spark import (  # noqa: E402  (also puts the checkout on sys.path, sets PYSPARK_*)
-    cpu_delta, cpu_snapshot, start_server, stop_server,
-)
+import bench_session  # noqa: E402,F401  (puts the checkout on sys.path, sets PYSPARK_*)
+from bench_processes import cpu_delta, cpu_snapshot, start_server, stop_server  # noqa: E402
 import bench_flow_control  # noqa: E402
+from bench_sink_latency import bench_latency, print_latency  # noqa: E402
 
 from rocketmq_spark.client import Message, Producer  # noqa: E402
 from rocketmq_spark.client.admin import Admin  # noqa: E402
@@ -149,57 +149,6 @@ def timed(name: str, server_pid: int, rows: int, namesrv: str, topic: str,
             "cpu": cpu}
 
 
-GUARANTEES = ("atLeastOnce", "exactlyOnce")
-
-
-def _median(values: List[float]) -> float:
-    return round(statistics.median(values), 1) if values else float("nan")
-
-
-def _p90(values: List[float]) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 1)
-
-
-def _epoch(iso: str) -> float:
-    from datetime import datetime
-
-    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
-
-
-class Feeder:
-    """Sends ``rate`` messages a second to ``topic`` in bursts every 50 ms until stopped."""
-
-    def __init__(self, namesrv: str, topic: str, rate: int, size: int):
-        self.producer = Producer(namesrv, max_in_flight_per_broker=4)
-        self.topic, self.rate, self.size = topic, rate, size
-        self.sent = 0
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        tick, start = 0.05, time.monotonic()
-        while not self.stopping.is_set():
-            due = int((time.monotonic() - start) * self.rate)
-            if due > self.sent:
-                batch = [Message(self.topic, str(i).rjust(self.size, "x").encode(),
-                                 keys=str(i)) for i in range(self.sent, due)]
-                self.producer.send_many(batch, batch_size=256, in_flight=4)
-                self.sent = due
-            time.sleep(tick)
-
-    def __enter__(self) -> "Feeder":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stopping.set()
-        self.thread.join(30)
-        self.producer.close()
-
-
 class Pinger:
     """GET_MAX_OFFSET of one queue every 50 ms, timed: how long the broker (one event loop)
     keeps every client waiting while a case runs."""
@@ -233,117 +182,140 @@ class Pinger:
         self.admin.close()
 
 
-class OutputWatch:
-    """Polls a topic's total max offset every 10 ms: samples of (epoch time, total)."""
-
-    def __init__(self, namesrv: str, topic: str):
-        self.admin = Admin(namesrv)
-        self.queues = self.admin.queues(topic, refresh=True)
-        self.samples: List[tuple] = []
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self.stopping.is_set():
-            count = sum(self.admin.offsets("max", self.queues, timeout=60).values())
-            self.samples.append((time.time(), count))
-            time.sleep(0.01)
-
-    def visible_at(self, count: int) -> Optional[float]:
-        return next((t for t, c in self.samples if c >= count), None)
-
-    def __enter__(self) -> "OutputWatch":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stopping.set()
-        self.thread.join(30)
-        self.admin.close()
-
-
-def latency_query(spark, namesrv: str, guarantee: str, out_topic: str, checkpoint: str,
-                  args) -> Dict:
-    """One read-transform-write stream for ``--latency-seconds`` after its warm-up; per
-    micro-batch: visible (s), addBatch and triggerExecution (ms)."""
-    with Admin(namesrv) as admin:
-        admin.create_topic(out_topic, args.queues)
-    df = (spark.readStream.format("rocketmq").option("nameServer", namesrv)
-          .option("subscribe", TOPICS["latency"]).option("startingOffsets", "latest").load()
-          .selectExpr("body", "keys"))
-    writer = (df.writeStream.format("rocketmq").option("nameServer", namesrv)
-              .option("topic", out_topic).option("checkpointLocation", checkpoint)
-              .option("deliveryGuarantee", guarantee)
-              .trigger(processingTime=args.latency_trigger))
+def with_sink_options(writer, args):
+    """``writer`` with every ``--sink-option KEY=VALUE``."""
     for item in args.sink_option:
         key, _, value = item.partition("=")
         writer = writer.option(key, value)
-    with OutputWatch(namesrv, out_topic) as watch:
-        query = writer.start()
-        started = None  # when the first micro-batch with rows finished: the warm-up starts
-        try:
-            deadline = time.time() + 600
-            while started is None or time.time() - started < (args.latency_warmup
-                                                              + args.latency_seconds):
-                if query.exception() is not None:
-                    raise RuntimeError(f"{guarantee} query failed: {query.exception()}")
-                if time.time() > deadline:
-                    raise RuntimeError(f"{guarantee} query: no micro-batch with rows")
-                if started is None and any(p.numInputRows for p in query.recentProgress):
-                    started = time.time()
-                time.sleep(0.2)
-            progresses = [json.loads(p.json) for p in query.recentProgress]
-        finally:
-            query.stop()
-        time.sleep(0.5)  # the last batch's rows become visible
-    rows = 0
-    visible, add_batch, trigger, sizes = [], [], [], []
-    for prog in sorted(progresses, key=lambda p: p["batchId"]):
-        rows += prog["numInputRows"]
-        t0 = _epoch(prog["timestamp"])
-        if not prog["numInputRows"] or t0 < started + args.latency_warmup:
-            continue
-        seen = watch.visible_at(rows)
-        if seen is None:
-            raise AssertionError(f"{guarantee}: the output never held {rows} messages")
-        visible.append((seen - t0) * 1000)
-        sizes.append(prog["numInputRows"])
-        add_batch.append(prog["durationMs"].get("addBatch", 0))
-        trigger.append(prog["durationMs"].get("triggerExecution", 0))
-    if not visible:
-        raise AssertionError(f"{guarantee}: no micro-batch with rows after the warm-up")
-    return {"batches": len(visible), "rows_per_batch": statistics.median(sizes),
-            "visible_ms": visible, "add_batch_ms": add_batch, "trigger_ms": trigger}
+    return writer
 
 
-def bench_latency(spark, namesrv: str, args) -> Dict:
-    """Both guarantees, ``--latency-rounds`` rounds interleaved, one feeder throughout."""
-    per: Dict[str, Dict[str, List[float]]] = {
-        g: {"visible_ms": [], "add_batch_ms": [], "trigger_ms": []} for g in GUARANTEES}
-    with Feeder(namesrv, TOPICS["latency"], args.latency_rate, args.size):
-        for round_no in range(args.latency_rounds):
-            for guarantee in GUARANTEES:
-                tag = uuid.uuid4().hex[:8]
-                result = latency_query(spark, namesrv, guarantee, f"BenchLatOut-{tag}",
-                                       f"{args.tmp}/lat-{tag}", args)
-                for key in per[guarantee]:
-                    per[guarantee][key] += result[key]
-                print(f"  latency  {guarantee:12s} round {round_no}: {result['batches']} "
-                      f"batches of ~{result['rows_per_batch']} rows, visible p50 "
-                      f"{_median(result['visible_ms'])} ms, addBatch p50 "
-                      f"{_median(result['add_batch_ms'])} ms", flush=True)
-    summary = {g: {"batches": len(v["visible_ms"]),
-                   **{f"{k}_p50": _median(vals) for k, vals in v.items()},
-                   **{f"{k}_p90": _p90(vals) for k, vals in v.items()}}
-               for g, v in per.items()}
-    eo, alo = summary["exactlyOnce"], summary["atLeastOnce"]
-    summary["added_ms"] = {"visible_p50": round(eo["visible_ms_p50"] - alo["visible_ms_p50"], 1),
-                           "add_batch_p50": round(eo["add_batch_ms_p50"]
-                                                  - alo["add_batch_ms_p50"], 1)}
-    return summary
+class Cases:
+    """The timed cases (see the module docstring), each an action that sends its rows once,
+    with what they share: the DataFrames, the bodies of (a), one producer, one admin."""
+
+    def __init__(self, spark, namesrv: str, proxy: Optional[str], args):
+        self.namesrv, self.proxy, self.args = namesrv, proxy, args
+        self.df = rows_df(spark, args.rows, args.partitions, args.size)
+        self.cpp_df = rows_df(spark, args.cpp_rows, args.partitions, args.size)
+        self.grpc_df = rows_df(spark, args.grpc_rows, args.partitions, args.size)
+        self.eo_df = rows_df(spark, args.eo_rows, args.partitions, args.size)
+        self.bodies = [str(i).rjust(args.size, "x")[:args.size].encode()
+                       for i in range(args.rows)]
+        self.producer = Producer(namesrv, max_in_flight_per_broker=4)
+        self.ceiling_count = BATCH_BYTES // (args.size + 80)
+        self.ceiling_request = self.producer.encode_batch(
+            [Message(TOPICS["ceiling"], b"x" * args.size) for _ in range(self.ceiling_count)])
+        self.eo_admin = Admin(namesrv)
+        self.client_started = 0.0  # when client() had built its messages
+
+    def selected(self) -> List[tuple]:
+        """(name, rows, topic, action) of the cases ``--cases`` asks for, in their order."""
+        args = self.args
+        cases = [("ours", args.rows, TOPICS["ours"], self.ours),
+                 ("client", args.rows, TOPICS["client"], self.client),
+                 ("ceiling", (args.rows // self.ceiling_count) * self.ceiling_count,
+                  TOPICS["ceiling"], self.ceiling),
+                 ("noop", args.rows, None, self.noop)]
+        if self.proxy is not None:
+            cases.append(("grpc", args.grpc_rows, TOPICS["grpc"], self.grpc))
+        if not args.skip_cpp:
+            cases.insert(2, ("cpp", args.cpp_rows, TOPICS["cpp"], self.cpp))
+        cases.insert(1, ("eo", args.eo_rows, TOPICS["eo"], self.eo))
+        wanted = set(args.cases.split(","))
+        return [c for c in cases if c[0] in wanted]
+
+    def ours(self) -> None:
+        writer = (self.df.write.format("rocketmq").mode("append")
+                  .option("nameServer", self.namesrv).option("topic", TOPICS["ours"]))
+        with_sink_options(writer, self.args).save()
+
+    def client(self) -> None:
+        messages = [Message(TOPICS["client"], b) for b in self.bodies]
+        self.client_started = time.perf_counter()
+        self.producer.send_many(messages, batch_size=1 << 20, in_flight=4,
+                                max_batch_bytes=BATCH_BYTES)
+
+    def ceiling(self) -> None:
+        pipeline = self.producer.pipeline()
+        for _ in range(self.args.rows // self.ceiling_count):
+            pipeline.submit(Outgoing(TOPICS["ceiling"], self.ceiling_request,
+                                     self.ceiling_count))
+        pipeline.flush()
+
+    def cpp(self) -> None:
+        self.cpp_df.foreachPartition(cpp_send_partition(self.namesrv, TOPICS["cpp"]))
+
+    def noop(self) -> None:
+        self.df.write.format("noop").mode("append").save()
+
+    def grpc(self) -> None:
+        (self.grpc_df.write.format("rocketmq").mode("append").option("endpoints", self.proxy)
+         .option("tls", "false").option("topic", TOPICS["grpc"]).save())
+
+    def eo(self) -> None:
+        # END_TRANSACTION is oneway: save() returns once they are written to the sockets,
+        # the rows become visible when the broker has stored them; the clock runs until
+        # the topic holds them all (polled every 10 ms on one connection, patiently: the
+        # broker is busy storing them).
+        admin = self.eo_admin
+        queues = admin.queues(TOPICS["eo"], refresh=True)
+        before = sum(admin.offsets("max", queues, timeout=60).values())
+        writer = (self.eo_df.write.format("rocketmq").mode("append")
+                  .option("nameServer", self.namesrv).option("topic", TOPICS["eo"])
+                  .option("deliveryGuarantee", "exactlyOnce"))
+        with_sink_options(writer, self.args).save()
+        deadline = time.monotonic() + 300
+        while sum(admin.offsets("max", queues, timeout=60).values()) < (before
+                                                                        + self.args.eo_rows):
+            if time.monotonic() > deadline:
+                raise AssertionError("eo: committed rows did not all become visible")
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        self.producer.close()
+        self.eo_admin.close()
 
 
-def main() -> None:
+def timed_client(cases: Cases, server_pid: int, rows: int, namesrv: str, topic: str) -> Dict:
+    """:func:`timed` for the client case: its Message objects are built inside the action,
+    so only the sends are timed."""
+    before = stored(namesrv, topic)
+    cpu0 = cpu_snapshot(server_pid)
+    cases.client()
+    seconds = time.perf_counter() - cases.client_started
+    cpu = cpu_delta(cpu0, cpu_snapshot(server_pid))
+    assert stored(namesrv, topic) - before == rows, "client: lost messages"
+    return {"rows": rows, "seconds": round(seconds, 3), "rows_per_s": round(rows / seconds),
+            "cpu": cpu}
+
+
+def run_rounds(cases: Cases, server_pid: int, namesrv: str, args) -> Dict[str, List[Dict]]:
+    """``--warmup`` untimed rounds, then ``--runs`` timed ones, the cases interleaved, the
+    broker pinged throughout; the timed runs by case."""
+    results: Dict[str, List[Dict]] = {k: [] for k in ("ours", "client", "cpp", "ceiling",
+                                                      "noop", "grpc", "eo")}
+    selected = cases.selected()
+    pinger = Pinger(namesrv, TOPICS["ping"]).__enter__()
+    for round_no in range(args.warmup + args.runs):
+        for name, rows, topic, action in selected:
+            window = time.time()
+            if name == "client":
+                result = timed_client(cases, server_pid, rows, namesrv, topic)
+            else:
+                result = timed(name, server_pid, rows, namesrv, topic, action)
+            result["broker_stall_ms"] = pinger.worst(window, time.time())
+            label = "warm-up" if round_no < args.warmup else f"run {round_no - args.warmup}"
+            print(f"  {label:8s} {name:8s} {result['rows_per_s']:>10,} rows/s  "
+                  f"({result['seconds']:.2f} s; cpu {result['cpu']}; slowest ping "
+                  f"{result['broker_stall_ms']} ms)", flush=True)
+            if round_no >= args.warmup:
+                results[name].append(result)
+    pinger.__exit__()
+    return results
+
+
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--cpp-rows", type=int, default=100_000)
@@ -366,9 +338,12 @@ def main() -> None:
     p.add_argument("--cases", default="ours,client,cpp,ceiling,noop,grpc,eo,flow,latency",
                    help="comma list of the cases to run")
     p.add_argument("--json", help="write the results here")
-    args = p.parse_args()
-    args.tmp = tempfile.mkdtemp(prefix="bench-sink-")  # the latency queries' checkpoints
+    return p.parse_args()
 
+
+def start_broker(args):
+    """The embedded broker with every topic, and its gRPC proxy on a free port when the grpc
+    case runs: (process, name server, proxy address or None)."""
     flags = []
     for topic in TOPICS.values():
         flags += ["--topic", f"{topic}:{args.queues}"]
@@ -380,124 +355,11 @@ def main() -> None:
         flags += ["--grpc-proxy", "--grpc-proxy-plaintext", "--grpc-proxy-port",
                   proxy.rsplit(":", 1)[1]]
     server, namesrv = start_server(*flags)
-    spark = make_spark()
-    print(f"embedded broker at {namesrv} (pid {server.pid}); {args.rows:,} x {args.size} B rows, "
-          f"{args.partitions} partitions, {args.queues} queues", flush=True)
-    results: Dict[str, List[Dict]] = {k: [] for k in ("ours", "client", "cpp", "ceiling",
-                                                      "noop", "grpc", "eo")}
-    latency: Optional[Dict] = None
-    flow: Optional[Dict] = None
-    try:
-        df = rows_df(spark, args.rows, args.partitions, args.size)
-        cpp_df = rows_df(spark, args.cpp_rows, args.partitions, args.size)
-        grpc_df = rows_df(spark, args.grpc_rows, args.partitions, args.size)
-        eo_df = rows_df(spark, args.eo_rows, args.partitions, args.size)
-        bodies = [str(i).rjust(args.size, "x")[:args.size].encode() for i in range(args.rows)]
-        producer = Producer(namesrv, max_in_flight_per_broker=4)
-        ceiling_request = producer.encode_batch(
-            [Message(TOPICS["ceiling"], b"x" * args.size)
-             for _ in range(BATCH_BYTES // (args.size + 80))])
-        ceiling_count = BATCH_BYTES // (args.size + 80)
+    return server, namesrv, proxy
 
-        def ours():
-            writer = (df.write.format("rocketmq").mode("append").option("nameServer", namesrv)
-                      .option("topic", TOPICS["ours"]))
-            for item in args.sink_option:
-                key, _, value = item.partition("=")
-                writer = writer.option(key, value)
-            writer.save()
 
-        def client():
-            messages = [Message(TOPICS["client"], b) for b in bodies]
-            holder["started"] = time.perf_counter()
-            producer.send_many(messages, batch_size=1 << 20, in_flight=4,
-                               max_batch_bytes=BATCH_BYTES)
-
-        def ceiling():
-            pipeline = producer.pipeline()
-            for _ in range(args.rows // ceiling_count):
-                pipeline.submit(Outgoing(TOPICS["ceiling"], ceiling_request, ceiling_count))
-            pipeline.flush()
-
-        def cpp():
-            cpp_df.foreachPartition(cpp_send_partition(namesrv, TOPICS["cpp"]))
-
-        def noop():
-            df.write.format("noop").mode("append").save()
-
-        def grpc():
-            (grpc_df.write.format("rocketmq").mode("append").option("endpoints", proxy)
-             .option("tls", "false").option("topic", TOPICS["grpc"]).save())
-
-        def eo():
-            # END_TRANSACTION is oneway: save() returns once they are written to the sockets,
-            # the rows become visible when the broker has stored them; the clock runs until
-            # the topic holds them all (polled every 10 ms on one connection, patiently: the
-            # broker is busy storing them).
-            queues = eo_admin.queues(TOPICS["eo"], refresh=True)
-            before = sum(eo_admin.offsets("max", queues, timeout=60).values())
-            writer = (eo_df.write.format("rocketmq").mode("append")
-                      .option("nameServer", namesrv).option("topic", TOPICS["eo"])
-                      .option("deliveryGuarantee", "exactlyOnce"))
-            for item in args.sink_option:
-                key, _, value = item.partition("=")
-                writer = writer.option(key, value)
-            writer.save()
-            deadline = time.monotonic() + 300
-            while sum(eo_admin.offsets("max", queues, timeout=60).values()) < (before
-                                                                             + args.eo_rows):
-                if time.monotonic() > deadline:
-                    raise AssertionError("eo: committed rows did not all become visible")
-                time.sleep(0.01)
-
-        eo_admin = Admin(namesrv)
-        holder: Dict[str, float] = {}
-        cases = [("ours", args.rows, TOPICS["ours"], ours),
-                 ("client", args.rows, TOPICS["client"], client),
-                 ("ceiling", (args.rows // ceiling_count) * ceiling_count, TOPICS["ceiling"],
-                  ceiling),
-                 ("noop", args.rows, None, noop)]
-        if proxy is not None:
-            cases.append(("grpc", args.grpc_rows, TOPICS["grpc"], grpc))
-        if not args.skip_cpp:
-            cases.insert(2, ("cpp", args.cpp_rows, TOPICS["cpp"], cpp))
-        cases.insert(1, ("eo", args.eo_rows, TOPICS["eo"], eo))
-        wanted = set(args.cases.split(","))
-        cases = [c for c in cases if c[0] in wanted]
-        pinger = Pinger(namesrv, TOPICS["ping"]).__enter__()
-        for round_no in range(args.warmup + args.runs):
-            for name, rows, topic, action in cases:
-                window = time.time()
-                if name == "client":
-                    # the Message objects are built inside action(); time only the sends
-                    before = stored(namesrv, topic)
-                    cpu0 = cpu_snapshot(server.pid)
-                    action()
-                    seconds = time.perf_counter() - holder["started"]
-                    cpu = cpu_delta(cpu0, cpu_snapshot(server.pid))
-                    assert stored(namesrv, topic) - before == rows, "client: lost messages"
-                    result = {"rows": rows, "seconds": round(seconds, 3),
-                              "rows_per_s": round(rows / seconds), "cpu": cpu}
-                else:
-                    result = timed(name, server.pid, rows, namesrv, topic, action)
-                result["broker_stall_ms"] = pinger.worst(window, time.time())
-                label = "warm-up" if round_no < args.warmup else f"run {round_no - args.warmup}"
-                print(f"  {label:8s} {name:8s} {result['rows_per_s']:>10,} rows/s  "
-                      f"({result['seconds']:.2f} s; cpu {result['cpu']}; slowest ping "
-                      f"{result['broker_stall_ms']} ms)", flush=True)
-                if round_no >= args.warmup:
-                    results[name].append(result)
-        pinger.__exit__()
-        producer.close()
-        eo_admin.close()
-        if "flow" in wanted:
-            flow = bench_flow_control.bench_flow(spark, args)
-        if "latency" in wanted:
-            latency = bench_latency(spark, namesrv, args)
-    finally:
-        spark.stop()
-        stop_server(server)
-
+def summarize(results: Dict[str, List[Dict]]) -> tuple:
+    """The median rate per case and the ratios the targets name: (summary, ratios)."""
     summary = {name: {"rows_per_s": statistics.median(r["rows_per_s"] for r in runs),
                       "runs": runs}
                for name, runs in results.items() if runs}
@@ -511,8 +373,11 @@ def main() -> None:
         ratios["grpc_vs_ours"] = round(summary["grpc"]["rows_per_s"] / ours_rate, 3)
     if ours_rate and "eo" in summary:
         ratios["eo_vs_ours"] = round(summary["eo"]["rows_per_s"] / ours_rate, 3)
-    out = {"args": vars(args), "summary": {k: v["rows_per_s"] for k, v in summary.items()},
-           "ratios": ratios, "latency": latency, "flow": flow, "runs": results}
+    return summary, ratios
+
+
+def print_rates(summary: Dict, ratios: Dict) -> None:
+    """The table of median rates and slowest pings, then the ratios against their targets."""
     print()
     print(f"{'case':32s} {'rows/s (median)':>16s} {'slowest ping (ms)':>18s}")
     labels = {"ours": "ours: df.write rocketmq", "client": "(a) our Producer.send_many",
@@ -533,20 +398,38 @@ def main() -> None:
         print(f"gRPC / ours = {ratios['grpc_vs_ours']:.3f}   (target >= 0.3)")
     if "eo_vs_ours" in ratios:
         print(f"exactlyOnce / ours = {ratios['eo_vs_ours']:.3f}   (target >= 0.5)")
+
+
+def main() -> None:
+    args = parse_args()
+    args.tmp = tempfile.mkdtemp(prefix="bench-sink-")  # the latency queries' checkpoints
+    server, namesrv, proxy = start_broker(args)
+    spark = make_spark()
+    print(f"embedded broker at {namesrv} (pid {server.pid}); {args.rows:,} x {args.size} B rows, "
+          f"{args.partitions} partitions, {args.queues} queues", flush=True)
+    latency: Optional[Dict] = None
+    flow: Optional[Dict] = None
+    wanted = set(args.cases.split(","))
+    try:
+        cases = Cases(spark, namesrv, proxy, args)
+        results = run_rounds(cases, server.pid, namesrv, args)
+        cases.close()
+        if "flow" in wanted:
+            flow = bench_flow_control.bench_flow(spark, args)
+        if "latency" in wanted:
+            latency = bench_latency(spark, namesrv, TOPICS["latency"], args)
+    finally:
+        spark.stop()
+        stop_server(server)
+
+    summary, ratios = summarize(results)
+    out = {"args": vars(args), "summary": {k: v["rows_per_s"] for k, v in summary.items()},
+           "ratios": ratios, "latency": latency, "flow": flow, "runs": results}
+    print_rates(summary, ratios)
     if flow:
         bench_flow_control.report(flow)
     if latency:
-        print()
-        print(f"{'per micro-batch (ms)':24s} {'visible p50':>12s} {'p90':>8s} "
-              f"{'addBatch p50':>13s} {'trigger p50':>12s} {'batches':>8s}")
-        for g in GUARANTEES:
-            r = latency[g]
-            print(f"{g:24s} {r['visible_ms_p50']:>12.1f} {r['visible_ms_p90']:>8.1f} "
-                  f"{r['add_batch_ms_p50']:>13.1f} {r['trigger_ms_p50']:>12.1f} "
-                  f"{r['batches']:>8d}")
-        added = latency["added_ms"]
-        print(f"added by exactlyOnce per micro-batch: visible {added['visible_p50']:+.1f} ms, "
-              f"addBatch {added['add_batch_p50']:+.1f} ms")
+        print_latency(latency)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
 

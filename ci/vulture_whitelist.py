@@ -53,7 +53,7 @@ servicer.max_attempts
 servicer.receive_batch_size
 servicer.multiplier
 
-# Called from C: native/embedded/rmq_serve_tx.c looks ConsumeQueue.extend_timed up by name.
+# Called from C: native/embedded/rmq_tx_store.c looks ConsumeQueue.extend_timed up by name.
 store = Whitelist()
 store.extend_timed
 
