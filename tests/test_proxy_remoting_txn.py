@@ -1,16 +1,16 @@
 """Transactional sends, END_TRANSACTION and check-backs through the embedded 5.x proxy's
 remoting port, driven by the sink's own task code and check-back responder.
 
-The proxy's side follows Apache 5.1's source, read and not run against a genuine proxy:
-SendMessageActivity.java (addTransactionData), TransactionActivity.java and
-TransactionProcessor.java (END_TRANSACTION answered at once, sent on oneway when the data is
-kept), AbstractTransactionService.java / TransactionDataManager.java (data kept 30 s),
+The proxy's side follows a genuine 5.1.4 proxy on the wire (captures/rocketmq-5.1.4-proxy-
+remoting, observations 6 and 7) and Apache's source at that tag: TransactionActivity.java and
+TransactionProcessor.java (END_TRANSACTION answered at once, sent on oneway only when the proxy
+kept the transaction, which it does only for check-backs it relayed),
+AbstractTransactionService.java / TransactionDataManager.java (data kept 30 s),
 ClusterTransactionService.java (producer heartbeats to the brokers) and
 ProxyClientRemotingProcessor.java (check-backs passed on to a producer of the group).
 """
 from __future__ import annotations
 
-import time
 
 import pyarrow as pa
 import pytest
@@ -27,6 +27,7 @@ from rocketmq_spark.sink.responder import _brokers
 from rocketmq_spark.sink.schema import plan_columns
 from rocketmq_spark.sink.task import write_task
 from rocketmq_spark.sink.writer import _half_properties
+from test_sink_exactly_once import pull_bodies
 from waiting import wait_until
 
 SCHEMA = StructType([StructField("body", StringType())])
@@ -59,42 +60,30 @@ def txn_proxied(embedded_cluster_factory):
     return make
 
 
-def test_commits_are_answered_by_the_proxy_and_reach_the_brokers(txn_proxied, unique_name):
+def test_first_phase_commits_are_dropped_and_check_backs_settle_each_row_once(
+        txn_proxied, unique_name):
+    """Every END_TRANSACTION COMMIT is answered SUCCESS and reaches no broker (a genuine 5.1.4
+    proxy keeps no prepared send over remoting); the brokers' check-backs reach nobody until a
+    producer of the group heartbeats at the proxy; then the proxy passes them to the sink's
+    responder, and its answers commit each half message once."""
     cluster = txn_proxied()
-    topic, group = unique_name("PxEo"), unique_name("PxEoGroup")
-    cluster.create_topic(topic, 4)
-    summary = send_halves(cluster, topic, range(40), group)
-    assert visible(cluster, topic) == 0
-    with RemotingClient() as remoting:
-        handles = [HalfHandle.from_tuple(t) for t in summary.handles]
-        applied, unconfirmed = end_transactions_confirmed(remoting, group, handles,
-                                                          Outcome.COMMIT, timeout=10)
-        assert (applied, unconfirmed) == (40, [])
-    wait_until(lambda: visible(cluster, topic) == 40, 20, "the commits at the brokers")
-    assert cluster.pending_transactions("broker-a") == []
-    assert cluster.pending_transactions("broker-b") == []
-
-
-def test_a_commit_the_proxy_lost_is_settled_by_a_check_back_through_it(txn_proxied,
-                                                                       unique_name):
-    """A commit sent after the proxy's transaction data expired is answered SUCCESS and sent
-    nowhere; the brokers check back through the proxy, which passes the check to the sink's
-    responder registered with it, and its answer commits each half message once."""
-    cluster = txn_proxied(expire=1.0)
     topic, group = unique_name("PxCheck"), unique_name("PxCheckGroup")
     cluster.create_topic(topic, 4)
     summary = send_halves(cluster, topic, range(30), group)
-    kept = cluster.proxy_remoting.transactions
-    newest = max(at for _, _, _, at in kept.kept.values())
-    wait_until(lambda: time.monotonic() - newest > kept.data_expire, 10, "the data to expire")
+    forwarded = cluster.proxy_remoting.forwarded
     with RemotingClient() as remoting:
         handles = [HalfHandle.from_tuple(t) for t in summary.handles]
         applied, unconfirmed = end_transactions_confirmed(remoting, group, handles,
                                                           Outcome.COMMIT, timeout=10)
-        assert (applied, unconfirmed) == (30, [])  # "confirmed", and lost
+        assert (applied, unconfirmed) == (30, [])  # "confirmed", and dropped
         names = NameServerClient(cluster.proxy_remoting_addr, remoting)
         assert _brokers(names) == [cluster.proxy_remoting_addr]  # the responder's targets
-    assert visible(cluster, topic) == 0  # nothing reached a broker
+    assert cluster.proxy_remoting.forwarded == forwarded
+    checks = lambda: sum(cluster.transaction_stats(b.name)["checks_sent"]  # noqa: E731
+                         for b in cluster.brokers)
+    wait_until(lambda: checks() >= 30, 30, "the brokers' first check-backs")
+    assert visible(cluster, topic) == 0  # asked through the proxy, which knew no producer
+    assert cluster.proxy_remoting.transactions.relayed == 0
     responder = CheckResponder.create(RemotingClient().config, group,
                                       lambda request: Outcome.COMMIT).start()
     try:
@@ -103,5 +92,6 @@ def test_a_commit_the_proxy_lost_is_settled_by_a_check_back_through_it(txn_proxi
     finally:
         responder.close()
     assert cluster.proxy_remoting.transactions.relayed >= 30
+    assert sorted(int(b) for b in pull_bodies(cluster, topic).elements()) == list(range(30))
     assert cluster.pending_transactions("broker-a") == []
     assert cluster.pending_transactions("broker-b") == []

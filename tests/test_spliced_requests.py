@@ -56,14 +56,16 @@ def test_send_frames_match_the_codec(rows, first_opaque, sys_flag):
 def test_end_transaction_frames_match_the_codec_and_decode_back():
     handles = [HalfHandle("broker-a", "127.0.0.1:1", f"UNIQ{i:04d}é", i * 7, 10**12 + i * 431,
                           f"TX{i}") for i in range(50)]
-    template = end_transaction_command("grp", HalfHandle("", "", "0", 0, 0, "0"), Outcome.COMMIT)
+    template = end_transaction_command("grp", HalfHandle("b", "", "0", 0, 0, "0"),
+                                       Outcome.COMMIT)
     template.version, template.flag = VERSION, template.flag | FLAG_ONEWAY
     columns = RequestTemplate(template, ["tranStateTableOffset", "commitLogOffset", "msgId",
-                                         "transactionId"])
+                                         "transactionId", "bname"])
     values = [pa.array([str(h.queue_offset) for h in handles]),
               pa.array([str(h.commit_log_offset) for h in handles]),
               pa.array([h.uniq_key for h in handles]),
-              pa.array([h.transaction_id for h in handles])]
+              pa.array([h.transaction_id for h in handles]),
+              pa.array([h.broker_name for h in handles])]
     frames = columns.frames(np.arange(1, 51), values)
     commands = []
     for i, h in enumerate(handles):
@@ -75,6 +77,7 @@ def test_end_transaction_frames_match_the_codec_and_decode_back():
     assert third.opaque == 3 and third.is_oneway
     assert third.ext_fields["commitLogOffset"] == str(10**12 + 2 * 431)
     assert third.ext_fields["msgId"] == "UNIQ0002é"
+    assert third.ext_fields["bname"] == "broker-a"  # a 5.1+ proxy's remoting port reads it
 
 
 def test_a_slice_of_frames_is_its_rows_frames():

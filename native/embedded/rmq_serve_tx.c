@@ -414,7 +414,9 @@ static int plain_topic(const span_t *t) {
  * must answer it, NULL with an error. */
 static PyObject *half_send(const ctx_t *c, const req_t *r, int ser, const uint8_t *body,
                            Py_ssize_t body_len) {
-    for (int k = L_GROUP; k <= L_BNAME; k++)
+    /* bname beside n is what a client sends for a 5.1+ proxy's sake; the broker reads
+     * neither, so it does not make the send Python's */
+    for (int k = L_GROUP; k < L_BNAME; k++)
         if (r->v[k].set) return NULL;
     int64_t x, qid, sys_flag, born_ts, flag, reconsume = 0;
     if (!r->v[S_A].set || !r->v[S_B].set || !r->v[S_C].set || !r->v[S_I].set) return NULL;

@@ -79,12 +79,12 @@ def send_command(broker_name: str, producer_group: str, topic: str, queue_id: in
         "properties": properties, "reconsumeTimes": 0, "unitMode": False, "batch": batch,
         "bname": broker_name,
     }
-    if batch:
-        code = RequestCode.SEND_BATCH_MESSAGE
+    if batch or use_v2:
+        # The short header carries the broker name twice: a 5.1+ proxy's remoting port reads
+        # ``n`` for SEND_MESSAGE_V2 but ``bname`` for SEND_BATCH_MESSAGE (brokers read neither)
+        code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
         fields = {SEND_V2_KEYS[k]: v for k, v in fields.items()}
-    elif use_v2:
-        code = RequestCode.SEND_MESSAGE_V2
-        fields = {SEND_V2_KEYS[k]: v for k, v in fields.items()}
+        fields["bname"] = broker_name
     else:
         code = RequestCode.SEND_MESSAGE
     return command(code, fields, body)

@@ -145,7 +145,9 @@ def collect_half_answers(address: str, broker_name: str,
 
 def end_transaction_command(group: str, handle: HalfHandle, outcome: Outcome,
                             from_check: bool = False) -> RemotingCommand:
-    """END_TRANSACTION (EndTransactionRequestHeader) for one half message."""
+    """END_TRANSACTION (EndTransactionRequestHeader) for one half message, naming its broker
+    in ``bname`` when the handle knows it (as Java's client does in the first phase; a check
+    names none)."""
     return command(END_TRANSACTION, {
         "producerGroup": group,
         "tranStateTableOffset": handle.queue_offset,
@@ -154,6 +156,7 @@ def end_transaction_command(group: str, handle: HalfHandle, outcome: Outcome,
         "fromTransactionCheck": from_check,
         "msgId": handle.uniq_key,
         "transactionId": handle.transaction_id or handle.uniq_key,
+        "bname": handle.broker_name or None,
     })
 
 
@@ -243,29 +246,47 @@ def _send_ends(conn: Connection, version: int, group: str, handles: Sequence[Hal
     return conn.send_requests(commands, oneway=oneway)
 
 
-_END_COLUMNS = ("tranStateTableOffset", "commitLogOffset", "msgId", "transactionId")
+_END_COLUMNS = ("tranStateTableOffset", "commitLogOffset", "msgId", "transactionId", "bname")
 
 
 def _send_ends_spliced(conn: Connection, version: int, group: str,
                        handles: Sequence[HalfHandle], outcome: Outcome, oneway: bool
                        ) -> List[Optional[ResponseFuture]]:
     """END_TRANSACTIONs of ``handles`` in one write, spliced into one template command."""
+    if not all(h.broker_name for h in handles):  # a handle without its broker's name
+        named = [h for h in handles if h.broker_name]
+        unnamed = [h for h in handles if not h.broker_name]
+        futures = dict(zip(map(id, named), _send_ends_template(
+            conn, version, group, named, outcome, oneway, _END_COLUMNS) if named else []))
+        futures.update(zip(map(id, unnamed), _send_ends_template(
+            conn, version, group, unnamed, outcome, oneway, _END_COLUMNS[:-1])))
+        return [futures[id(h)] for h in handles]
+    return _send_ends_template(conn, version, group, handles, outcome, oneway, _END_COLUMNS)
+
+
+def _send_ends_template(conn: Connection, version: int, group: str,
+                        handles: Sequence[HalfHandle], outcome: Outcome, oneway: bool,
+                        keys: Sequence[str]) -> List[Optional[ResponseFuture]]:
     import numpy as np
     import pyarrow as pa
 
     from .protocol.spliced_requests import RequestTemplate, buffer_of
 
-    template = end_transaction_command(group, HalfHandle("", "", "0", 0, 0, "0"), outcome)
+    named = "bname" in keys
+    template = end_transaction_command(
+        group, HalfHandle("b" if named else "", "", "0", 0, 0, "0"), outcome)
     template.version = version
     if oneway:
         template.flag |= FLAG_ONEWAY
-    columns = RequestTemplate(template, _END_COLUMNS)
+    columns = RequestTemplate(template, keys)
     values = [pa.array(np.fromiter((h.queue_offset for h in handles), np.int64, len(handles))
                        ).cast(pa.string()),
               pa.array(np.fromiter((h.commit_log_offset for h in handles), np.int64,
                                    len(handles))).cast(pa.string()),
               pa.array([h.uniq_key for h in handles], pa.string()),
               pa.array([h.transaction_id or h.uniq_key for h in handles], pa.string())]
+    if named:
+        values.append(pa.array([h.broker_name for h in handles], pa.string()))
     return conn.send_encoded(len(handles),
                              lambda opaques: buffer_of(columns.frames(opaques, values)),
                              "END_TRANSACTION", oneway=oneway)

@@ -7,11 +7,15 @@ read from the 5.1 source (proxy/src/main/java/org/apache/rocketmq/proxy/remoting
   brokers share one address and keep their names and ids. An unknown topic is TOPIC_NOT_EXIST
   with the proxy's MQClientException text.
 * Requests for one broker (AbstractRemotingActivity.request) name it in the ``bname`` header
-  field, or ``n`` for SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE; without it the answer is
-  VERSION_NOT_SUPPORTED "Request doesn't have field bname". The proxy forwards the request to
-  that broker's master over its own connection (:mod:`.proxy_links`) and passes the answer back
-  with MSG_REGION and TRACE_ON added; a broker name the name server does not know is
-  TOPIC_NOT_EXIST (the proxy resolves a broker through the route of the topic of that name).
+  field, or ``n`` for SEND_MESSAGE_V2 only (SEND_BATCH_MESSAGE, although it writes the V2
+  letters, needs ``bname``: Apache's own 5.1.4 Java client sends batches with ``n`` alone and
+  is refused); without it the answer is VERSION_NOT_SUPPORTED "Request doesn't have field
+  bname". The proxy forwards the request to that broker's master over its own connection
+  (:mod:`.proxy_links`) and passes the answer back with MSG_REGION "" and TRACE_ON "false"
+  added; a broker name the name server does not know is TOPIC_NOT_EXIST (the proxy resolves a
+  broker through the route of the topic of that name), and for a send that answer carries the
+  proxy's own forward opaque, not the client's (seen on a genuine 5.1.4 proxy), so the client
+  never matches it.
   Sends, CONSUMER_SEND_MSG_BACK and the offset requests wait 3 s; a pull waits its
   suspendTimeoutMillis + 10 s (PullMessageActivity), so long polling happens at the broker.
 * A pull without the subscription flag gets the group's subscription from the proxy's own
@@ -24,9 +28,11 @@ read from the 5.1 source (proxy/src/main/java/org/apache/rocketmq/proxy/remoting
   of the body; an empty set is answered by the proxy (code SYSTEM_ERROR, remark
   "MessageQueue set is empty", as createResponseCommand(null) leaves the code).
 * END_TRANSACTION (TransactionActivity) is answered SUCCESS at once; the proxy then sends the
-  broker a oneway END_TRANSACTION built from what it kept of the prepared send's answer or of
-  the broker's check-back (:mod:`.proxy_transactions`), or nothing when it kept nothing (or
-  kept it more than 30 s ago). A client never learns the broker's verdict.
+  broker a oneway END_TRANSACTION built from what it kept of the broker's check-back
+  (:mod:`.proxy_transactions`), or nothing when it kept nothing (or kept it more than 30 s
+  ago). A prepared send over remoting is not kept, so every first-phase END_TRANSACTION is
+  dropped: half messages sent through this port become visible only by check-back. A client
+  never learns the broker's verdict.
 * Anything else (GET_BROKER_CLUSTER_INFO, GET_ALL_TOPIC_LIST_FROM_NAMESERVER, VIEW_MESSAGE_BY_ID,
   GET_EARLIEST_MSG_STORETIME, ...) is REQUEST_CODE_NOT_SUPPORTED; GET_CONSUMER_CONNECTION_LIST
   is registered but unhandled in 5.1, so it is never answered.
@@ -59,9 +65,10 @@ PROXY_VERSION = 441  # MQVersion.Version.V5_1_4's ordinal: what the proxy's own 
 FAQ_URL = "https://rocketmq.apache.org/docs/bestPractice/06FAQ"
 MSG_REGION = "MSG_REGION"
 TRACE_ON = "TRACE_ON"
-DEFAULT_REGION = "DefaultRegion"
-# the ext fields AbstractRemotingActivity.writeResponse adds to every answer
-DECORATION = {MSG_REGION: DEFAULT_REGION, TRACE_ON: "true"}
+# the ext fields AbstractRemotingActivity.writeResponse adds to every answer, with the values a
+# genuine 5.1.4 proxy in cluster mode writes at its default settings
+DECORATION = {TRACE_ON: "false", MSG_REGION: ""}
+END_TRANSACTION_REMARK = "end transaction from proxy"
 NO_BNAME = "Request doesn't have field bname"
 BROKER_NAME_FIELD = "bname"
 BROKER_NAME_FIELD_V2 = "n"
@@ -149,18 +156,16 @@ class ProxyRemoting:
         if code == END_TRANSACTION:
             return self._end_transaction(cmd)
         if code in SEND_CODES or code in PULL_CODES or code in FORWARDED_3S:
-            field = BROKER_NAME_FIELD_V2 if code in (RequestCode.SEND_MESSAGE_V2,
-                                                     RequestCode.SEND_BATCH_MESSAGE) \
+            field = BROKER_NAME_FIELD_V2 if code == RequestCode.SEND_MESSAGE_V2 \
                 else BROKER_NAME_FIELD
             broker = cmd.fields.get(field)
             if broker is None:
                 return self._reply(cmd, ResponseCode.VERSION_NOT_SUPPORTED, NO_BNAME)
             if code in PULL_CODES:
                 return self._pull(conn, cmd, broker)
-            keep = (lambda a: self.transactions.prepared_answer(cmd, broker, a)) \
-                if code in SEND_CODES \
-                else None
-            self._forward(conn, cmd, broker, FORWARD_TIMEOUT, keep)
+            if code in SEND_CODES:
+                self.transactions.note_send(cmd)
+            self._forward(conn, cmd, broker, FORWARD_TIMEOUT)
             return None
         if code in UNANSWERED:
             return None
@@ -202,7 +207,10 @@ class ProxyRemoting:
         address = self.namesrv.broker_address(broker)
         if address is None:
             if not cmd.is_oneway:
-                conn.send(self._reply(cmd, *topic_not_exist(broker)))
+                answer = self._reply(cmd, *topic_not_exist(broker))
+                if cmd.code in SEND_CODES:  # the opaque the proxy gave its forward
+                    answer = replace(answer, opaque=next(self.server._opaque))
+                conn.send(answer)
             return
         link = self.links.open_link(address)
         if link is None:  # the first request to this broker: connect first
@@ -311,12 +319,14 @@ class ProxyRemoting:
         if kept is not None:
             broker, queue_offset, commit_log_offset, _ = kept
             header = {k: f[k] for k in ("producerGroup", "msgId", "transactionId",
-                                        "fromTransactionCheck", "topic") if k in f}
+                                        "fromTransactionCheck") if k in f}
             # TransactionStatus: COMMIT and ROLLBACK pass, anything else becomes NOT_TYPE (0)
             verdict = f.get("commitOrRollback", "")
             header.update(commitOrRollback=verdict if verdict in ("8", "12") else "0",
                           tranStateTableOffset=str(queue_offset),
                           commitLogOffset=str(commit_log_offset))
-            oneway = replace(cmd, ext_fields=header, flag=cmd.flag | FLAG_ONEWAY)
+            oneway = replace(cmd, ext_fields=header, flag=cmd.flag | FLAG_ONEWAY,
+                             remark=END_TRANSACTION_REMARK, language="JAVA",
+                             version=PROXY_VERSION)
             self._forward(None, oneway, broker, FORWARD_TIMEOUT)
         return self._reply(cmd, ResponseCode.SUCCESS, None)

@@ -1,17 +1,21 @@
-"""Transactions through the embedded proxy's remoting port, as Apache 5.1's proxy keeps them
-(SendMessageActivity.addTransactionData, AbstractTransactionService, ClusterTransactionService,
-ProxyClientRemotingProcessor; read from source, not run).
+"""Transactions through the embedded proxy's remoting port, as a genuine Apache RocketMQ 5.1.4
+proxy handles them (seen on the wire: captures/rocketmq-5.1.4-proxy-remoting, observations 6
+and 7; the classes are TransactionActivity, AbstractTransactionService,
+ClusterTransactionService and ProxyClientRemotingProcessor).
 
-* A prepared send's SUCCESS answer is kept under (producer group, transaction id) with its
-  broker, queue offset and commit log offset; an END_TRANSACTION finds it there (and the
-  entry goes). An entry older than ``transactionDataExpireMillis`` (30 s) is gone: an
-  END_TRANSACTION after that reaches no broker, although the client was answered SUCCESS.
+* A prepared send over remoting is NOT kept (only the gRPC path records sends). The proxy's
+  table of transactions, by (producer group, transaction id), is filled only when it passes a
+  broker's check-back on, so every first-phase END_TRANSACTION (COMMIT, ROLLBACK or UNKNOWN)
+  is answered SUCCESS and dropped; the half message is settled by the client's answer to the
+  broker's check, about one ``transactionCheckInterval`` later. An entry older than
+  ``transactionDataExpireMillis`` (30 s) is gone: an answer after that reaches no broker.
 * A group that sent a transactional message is announced to every broker of its cluster as a
   producer (HEART_BEAT, client id ``rmq-proxy-producer-client``) every
   ``transactionHeartbeatPeriodSecond`` (20 s), so the brokers send their check-backs to the
-  proxy. The proxy passes a check-back on (with ``brokerAddr`` added) to a connection of a
-  client that heartbeated as a producer of the group, and keeps the half message's data, so
-  the client's answer (END_TRANSACTION, fromTransactionCheck) reaches the broker.
+  proxy. The proxy passes a check-back on to one connection of a client that heartbeated as a
+  producer of the group, as a request (flag 0, the proxy's opaque, nobody answers it) with
+  only ``commitLogOffset``, ``msgId``, ``tranStateTableOffset`` and ``transactionId`` and the
+  broker's body unchanged.
 """
 from __future__ import annotations
 
@@ -21,17 +25,16 @@ import logging
 import time
 from typing import Callable, Dict, Optional, Tuple
 
-from ..client.protocol.codes import FLAG_ONEWAY, RequestCode, ResponseCode
+from ..client.protocol.codes import FLAG_ONEWAY, RequestCode
 from ..client.protocol.frame import RemotingCommand
 from ..client.protocol.message import decode_message
-from ..client.protocol.properties import UNIQ_KEY, decode_properties
+from ..client.protocol.properties import decode_properties
 
 log = logging.getLogger(__name__)
 
 TX_HEARTBEAT_CLIENT_ID = "rmq-proxy-producer-client"
-BROKER_ADDR_FIELD = "brokerAddr"  # ProxyUtils.BROKER_ADDR
-TRANSACTION_TYPE_MASK = 0x3 << 2
-TRANSACTION_PREPARED = 0x1 << 2
+# the fields of a check-back the proxy passes on to its client
+RELAYED_CHECK_FIELDS = ("commitLogOffset", "msgId", "tranStateTableOffset", "transactionId")
 # how long a group with no producer connection is still announced (not read from the source)
 GROUP_OFFLINE_TIMEOUT = 60.0
 
@@ -55,33 +58,14 @@ class ProxyTransactions:
 
     # ---------------------------------------------------------------- sends and ends
 
-    def prepared_answer(self, cmd: RemotingCommand, broker: str, answer: RemotingCommand
-                        ) -> None:
-        """A send's answer came back: keep a prepared message's data (addTransactionData)."""
+    def note_send(self, cmd: RemotingCommand) -> None:
+        """A send passes through: a transactional message's group is announced to the brokers
+        from now on (addTransactionSubscription). Nothing of the send itself is kept."""
         f = cmd.fields
-        v2 = cmd.code != RequestCode.SEND_MESSAGE
-        group = f.get("a" if v2 else "producerGroup", "")
-        properties = decode_properties(f.get("i" if v2 else "properties", ""))
+        v1 = cmd.code == RequestCode.SEND_MESSAGE
+        properties = decode_properties(f.get("properties" if v1 else "i", ""))
         if properties.get("TRAN_MSG") == "true":
-            self.groups[group] = self._clock()  # addTransactionSubscription
-        try:
-            sys_flag = int(f.get("f" if v2 else "sysFlag", "0"))
-        except ValueError:
-            return
-        if (sys_flag & TRANSACTION_TYPE_MASK) != TRANSACTION_PREPARED \
-                or answer.code != ResponseCode.SUCCESS:
-            return
-        a = answer.fields
-        # a 5.x broker answers with the message's UNIQ_KEY as transactionId; ours answer as
-        # 4.9.8, which sends none, so it is read from the request
-        transaction_id = a.get("transactionId") or properties.get(UNIQ_KEY)
-        try:
-            if not transaction_id:
-                raise KeyError("transactionId")
-            self.kept[(group, transaction_id)] = (broker, int(a["queueOffset"]),
-                                                  int(a["msgId"][-16:], 16), self._clock())
-        except (KeyError, ValueError):
-            log.warning("proxy: a prepared send's answer lacks its transaction fields")
+            self.groups[f.get("producerGroup" if v1 else "a", "")] = self._clock()
 
     def take(self, group: str, transaction_id: str) -> Optional[Kept]:
         """The kept data of a transaction (pollNoExpireTransactionData), or None."""
@@ -117,8 +101,10 @@ class ProxyTransactions:
         except (KeyError, ValueError):
             return
         self.relayed += 1
-        conn.send_oneway(RequestCode.CHECK_TRANSACTION_STATE,
-                         {**f, BROKER_ADDR_FIELD: link.address}, cmd.body)
+        conn.send(RemotingCommand(
+            code=RequestCode.CHECK_TRANSACTION_STATE,
+            ext_fields={k: f[k] for k in RELAYED_CHECK_FIELDS if k in f}, body=cmd.body,
+            opaque=next(conn.server._opaque), language="JAVA", version=conn.server.version))
 
     def _broker_name(self, address: str) -> Optional[str]:
         for data in self.namesrv.cluster_info().broker_addr_table.values():

@@ -35,6 +35,7 @@ from .batch_time import batch_created_ms
 from .commit_record import open_record, spark_checkpoint
 from .ids import TaskIdentity, new_job_token, now_ms
 from .options import SinkOptions, parse_sink_options
+from .proxy_guard import refuse_exactly_once_through_proxy
 from .schema import ColumnPlan, plan_columns
 from .send_back import send_back_task
 from .send_back_columns import plan_send_back
@@ -266,6 +267,7 @@ def batch_writer(raw: Mapping[str, str], schema: StructType, overwrite: bool
                           "(messages are appended to the topic)")
     options = parse_sink_options(raw)
     plan = _plan(schema, options)
+    refuse_exactly_once_through_proxy(options)
     return RocketMQBatchWriter(options, plan, new_job_token())
 
 
@@ -294,6 +296,7 @@ def stream_writer(raw: Mapping[str, str], schema: StructType, overwrite: bool,
     options = parse_sink_options(raw)
     query_name = next((str(v) for k, v in raw.items() if str(k).lower() == "queryname"), None)
     plan = _plan(schema, options)
+    refuse_exactly_once_through_proxy(options)
     if options.exactly_once:
         # Before this run writes anything: settle what an earlier run left pending.
         # The record's store is checked here, at the query's start (reads only).
