@@ -33,5 +33,6 @@ setup(ext_modules=[
                                   "rmq_pull_run.c", "rmq_pull_answer.c", "rmq_pull_io.c",
                                   "rmq_header.c", "rmq_hmac.c"]),
     extension("embedded", "embedded",
-              ["rmq_embedded.c", "rmq_serve.c", "rmq_serve_tx.c", "rmq_tx_store.c"]),
+              ["rmq_embedded.c", "rmq_serve.c", "rmq_serve_tx.c", "rmq_tx_header.c",
+               "rmq_tx_props.c", "rmq_tx_half.c", "rmq_tx_end.c", "rmq_tx_store.c"]),
 ])

@@ -1,8 +1,9 @@
 /*
  * The exactly-once C path's side of the embedded broker's store (rmq_tx_store.c), used by
- * rmq_serve_tx.c: the run's context, the store clock, topic and queue lookups, storing a
- * record at once or in the run's batch, handing the batch to the store, and finding a half
- * message. Everything goes through the store's fast-path interface (embedded/store.py).
+ * serve_tx()'s parts (rmq_serve_tx.h): the run's context, the store clock, topic and queue
+ * lookups, storing a record at once or in the run's batch, handing the batch to the store,
+ * and finding a half message. Everything goes through the store's fast-path interface
+ * (embedded/store.py).
  */
 #ifndef RMQ_TX_STORE_H
 #define RMQ_TX_STORE_H
