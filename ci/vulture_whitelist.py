@@ -88,3 +88,4 @@ pytest = Whitelist()
 pytest.pytestmark
 pytest.pytest_plugins
 pytest.pytest_generate_tests
+pytest.s3_server_fixture  # tests/s3_server.py: a fixture pytest finds by its name s3_server

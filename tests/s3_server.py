@@ -106,8 +106,8 @@ def start_s3_server(work: Path) -> S3Server:
     return S3Server(proc, port, key["AccessKeyId"], key["SecretAccessKey"], str(log))
 
 
-@pytest.fixture(scope="module")
-def s3_server(tmp_path_factory):
+@pytest.fixture(name="s3_server", scope="module")
+def s3_server_fixture(tmp_path_factory):
     server = start_s3_server(tmp_path_factory.mktemp("s3"))
     yield server
     server.proc.terminate()

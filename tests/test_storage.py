@@ -19,7 +19,7 @@ from rocketmq_spark.storage import (
 )
 from rocketmq_spark.storage.filesystems import filesystem
 from rocketmq_spark.storage.store import open_store
-from s3_server import s3_server  # noqa: F401 (a fixture)
+from s3_server import s3_server_fixture  # noqa: F401 (the fixture s3_server)
 
 
 @pytest.mark.parametrize("uri, kind, path, shown", [

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from rocketmq_spark.storage import Lease, StorageOptions, open_uri
-from s3_server import s3_server  # noqa: F401 (a fixture)
+from s3_server import s3_server_fixture  # noqa: F401 (the fixture s3_server)
 from waiting import wait_until
 
 TTL, SETTLE, MARGIN = 3.0, 0.3, 0.5
