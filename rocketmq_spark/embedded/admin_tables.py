@@ -25,6 +25,7 @@ from ..client.protocol.properties import java_string_hash
 from ..client.protocol.route import dumps_fastjson
 from .context import BrokerContext
 from .schedule import SCHEDULE_GROUP, SCHEDULE_TOPIC
+from .topic_types import topic_config_json
 
 GET_ALL_TOPIC_CONFIG = 21
 GET_ALL_CONSUMER_OFFSET = 43
@@ -83,10 +84,7 @@ class AdminTables:
         topics = self.context.store.topics
         table = {}
         for name in concurrent_hashmap_order(topics, TABLE_BINS):
-            t = topics[name]
-            table[name] = {"order": t.order, "perm": t.perm, "readQueueNums": t.read_queue_nums,
-                           "topicFilterType": t.topic_filter_type, "topicName": t.topic_name,
-                           "topicSysFlag": t.topic_sys_flag, "writeQueueNums": t.write_queue_nums}
+            table[name] = topic_config_json(topics[name], self.context.options.at_least("5.1"))
         version = self._topics_version.of(table)
         return self._answer(cmd, dumps_fastjson(
             {"dataVersion": version, "topicConfigTable": table}), {})

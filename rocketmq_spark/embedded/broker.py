@@ -19,6 +19,7 @@ from ..client.protocol.codes import (
     DEFAULT_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE, RequestCode, ResponseCode,
 )
 from ..client.protocol.frame import RemotingCommand
+from ..client.protocol.route import dumps_fastjson
 from .consumers import (
     ClientRegistry,
 )
@@ -49,6 +50,9 @@ from .subscription_groups import (
 )
 from .tls import TlsSettings
 from .topic_stats import handle_topic_stats
+from .topic_types import (
+    ATTRIBUTE, GET_TOPIC_CONFIG, check_type_name, parse_attributes, topic_config_json,
+)
 from .transaction_check import TransactionCheckService
 from .transactions import END_TRANSACTION, EndTransactionHandler
 
@@ -112,6 +116,7 @@ class Broker:
             RequestCode.QUERY_CONSUMER_OFFSET: self._query_consumer_offset,
             RequestCode.UPDATE_CONSUMER_OFFSET: self._update_consumer_offset,
             RequestCode.UPDATE_AND_CREATE_TOPIC: self._update_and_create_topic,
+            **({GET_TOPIC_CONFIG: self._get_topic_config} if options.at_least("5.1") else {}),
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self._search_offset,
             RequestCode.GET_MAX_OFFSET: self._get_max_offset,
             RequestCode.GET_MIN_OFFSET: self._get_min_offset,
@@ -334,9 +339,28 @@ class Broker:
         if topic in SYSTEM_TOPICS or topic.startswith("rmq_sys_"):
             return self._reply(cmd, ResponseCode.SYSTEM_ERROR, None,
                                f"The topic[{topic}] is conflict with system topic.")
+        attributes = {}
+        if self.options.at_least("5.1"):  # 5.x: "+message.type=FIFO" (topic_types)
+            try:
+                attributes = parse_attributes(opt_str(f, "attributes"))
+                if ATTRIBUTE in attributes:
+                    check_type_name(attributes[ATTRIBUTE])
+            except ValueError as exc:
+                return self._reply(cmd, ResponseCode.SYSTEM_ERROR, None, str(exc))
         self.store.put_topic(TopicConfig(topic, read_nums, write_nums, perm, filter_type,
-                                         sys_flag, order))
+                                         sys_flag, order, attributes))
         return self._reply(cmd, ResponseCode.SUCCESS, None, NOT_SET_REMARK)
+
+    def _get_topic_config(self, conn, cmd):
+        """GET_TOPIC_CONFIG (5.x): the topic's config with its attributes, as
+        AdminBrokerProcessor.getTopicConfig answers it."""
+        topic = req_str(cmd.fields, "topic")
+        config = self.store.topics.get(topic)
+        if config is None:
+            return self._reply(cmd, ResponseCode.TOPIC_NOT_EXIST, None,
+                               f"No topic in this broker. topic: {topic}")
+        return self._reply(cmd, ResponseCode.SUCCESS, None, None,
+                           body=dumps_fastjson(topic_config_json(config, True)))
 
     def lock_holders(self, group: str) -> Dict[tuple, str]:
         """(topic, broker name, queue id) -> client id of the unexpired locks of ``group``."""
@@ -344,8 +368,10 @@ class Broker:
 
     # ---------------------------------------------------------------- control (cluster API)
 
-    def create_topic(self, topic: str, read_queues: int, write_queues: int, perm: int) -> None:
-        self.store.put_topic(TopicConfig(topic, read_queues, write_queues, perm))
+    def create_topic(self, topic: str, read_queues: int, write_queues: int, perm: int,
+                     attributes: Optional[Dict[str, str]] = None) -> None:
+        self.store.put_topic(TopicConfig(topic, read_queues, write_queues, perm,
+                                         attributes=dict(attributes or {})))
 
     def add_queues(self, topic: str, total: int) -> None:
         config = self.store.topics.get(topic)

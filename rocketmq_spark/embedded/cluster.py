@@ -29,6 +29,7 @@ from .options import ServerOptions
 from .proxy_remoting import ProxyRemoting
 from .server import RemotingServer
 from .tls import TlsSettings, self_signed_cert
+from .topic_types import ATTRIBUTE as TYPE_ATTRIBUTE, check_type_name
 
 log = logging.getLogger(__name__)
 
@@ -304,13 +305,23 @@ class EmbeddedCluster(ClusterFaults, ClusterSlaves):
 
     def create_topic(self, topic: str, queues: int = 4, read_queues: Optional[int] = None,
                      write_queues: Optional[int] = None, brokers: Optional[Iterable[str]] = None,
-                     perm: int = PERM_READ | PERM_WRITE) -> None:
+                     perm: int = PERM_READ | PERM_WRITE,
+                     message_type: Optional[str] = None) -> None:
         """Create (or replace) a topic on every broker (or the named ones); routable at once.
-        Their slaves get it at once too (without waiting for SlaveSynchronize's round)."""
+        Their slaves get it at once too (without waiting for SlaveSynchronize's round).
+        ``message_type`` (release 5.1 only): its ``+message.type`` attribute, NORMAL, FIFO,
+        DELAY, TRANSACTION or MIXED (:mod:`.topic_types`)."""
         read = queues if read_queues is None else read_queues
         write = queues if write_queues is None else write_queues
+        attributes = {}
+        if message_type is not None:
+            if not self.options.at_least("5.1"):
+                raise ValueError("topic message types are a 5.x feature: build the cluster "
+                                 "with release=\"5.1\" to give a topic one")
+            attributes[TYPE_ATTRIBUTE] = check_type_name(message_type)
         targets = self._with_slaves(self._targets(brokers))
-        self._call(lambda: [b.create_topic(topic, read, write, perm) for b in targets])
+        self._call(lambda: [b.create_topic(topic, read, write, perm, attributes)
+                            for b in targets])
 
     def add_queues(self, topic: str, total_queues: int,
                    brokers: Optional[Iterable[str]] = None) -> None:

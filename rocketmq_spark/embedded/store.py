@@ -30,7 +30,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -52,6 +52,8 @@ class TopicConfig:
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
     order: bool = False
+    # 5.x topic attributes (``message.type``: :mod:`.topic_types`); a 4.9.8 broker has none
+    attributes: Dict[str, str] = field(default_factory=dict)
 
     @property
     def readable(self) -> bool:
