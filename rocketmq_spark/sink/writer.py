@@ -37,6 +37,7 @@ from .ids import TaskIdentity, new_job_token, now_ms
 from .options import SinkOptions, parse_sink_options
 from .proxy_guard import refuse_exactly_once_through_proxy
 from .schema import ColumnPlan, plan_columns
+from .topic_type_guard import check_topic_type
 from .send_back import send_back_task
 from .send_back_columns import plan_send_back
 from .task import TaskSummary, write_task
@@ -268,6 +269,7 @@ def batch_writer(raw: Mapping[str, str], schema: StructType, overwrite: bool
     options = parse_sink_options(raw)
     plan = _plan(schema, options)
     refuse_exactly_once_through_proxy(options)
+    check_topic_type(options, plan)
     return RocketMQBatchWriter(options, plan, new_job_token())
 
 
@@ -297,6 +299,7 @@ def stream_writer(raw: Mapping[str, str], schema: StructType, overwrite: bool,
     query_name = next((str(v) for k, v in raw.items() if str(k).lower() == "queryname"), None)
     plan = _plan(schema, options)
     refuse_exactly_once_through_proxy(options)
+    check_topic_type(options, plan)
     if options.exactly_once:
         # Before this run writes anything: settle what an earlier run left pending.
         # The record's store is checked here, at the query's start (reads only).
