@@ -14,11 +14,17 @@ from datetime import datetime, timedelta, timezone
 from typing import List, Optional
 from zoneinfo import ZoneInfo
 
+import json
+import logging
+import os
+
 import pytest
 
 from raw_client import RawClient
+from source_helpers import produce
 from rocketmq_spark.client.protocol.codes import ResponseCode
 from rocketmq_spark.client.protocol.message import MessageExt, decode_messages
+from rocketmq_spark.sink.batch_time import batch_created_ms
 from rocketmq_spark.sink.ids import LEAD_MS, TaskIdentity, message_id, message_ids, month_span
 
 QUERY_MESSAGE, VIEW_MESSAGE_BY_ID = 12, 33
@@ -160,6 +166,54 @@ def test_ids_written_by_df_write_are_found_by_query_msg_by_unique_key(spark, clu
     finally:
         for raw in brokers:
             raw.close()
+
+
+def test_a_micro_batch_s_ids_carry_spark_s_batch_timestamp(spark, cluster, unique_name,
+                                                          tmp_path):
+    """A stream's ids carry ``batchTimestampMs`` of ``offsets/<batchId>`` (what Spark reads
+    back when it replays the batch), and Java's lookup finds them."""
+    source, sink = unique_name("IdStreamIn"), unique_name("IdStreamOut")
+    cluster.create_topic(source, queues=2)
+    cluster.create_topic(sink, queues=2)
+    produce(cluster.namesrv_addr, source, range(50))
+    checkpoint = str(tmp_path / "cp")
+    query = (spark.readStream.format("rocketmq").option("nameServer", cluster.namesrv_addr)
+             .option("subscribe", source).option("startingOffsets", "earliest").load()
+             .selectExpr("body").writeStream.format("rocketmq")
+             .option("nameServer", cluster.namesrv_addr).option("topic", sink)
+             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    assert query.awaitTermination(240), "the query did not finish"
+    assert query.exception() is None, query.exception()
+    logs = [(tmp_path / "cp" / "offsets" / name).read_text().splitlines()[1]
+            for name in os.listdir(tmp_path / "cp" / "offsets") if name.isdigit()]
+    batch_times = {json.loads(line)["batchTimestampMs"] for line in logs}
+    ids = [r.msgId for r in spark.read.format("rocketmq")
+           .option("nameServer", cluster.namesrv_addr).option("subscribe", sink).load()
+           .select("msgId").collect()]
+    assert len(ids) == 50
+    times = {i[20:28] for i in ids}  # the rows came in one micro-batch (not always batch 0)
+    assert len(times) == 1
+    batch_ms = next(t for t in batch_times if f"{month_span(t):08X}" in times)
+    brokers = [RawClient(b.addr) for b in cluster.brokers]
+    try:
+        for uniq in ids[:3]:
+            assert query_by_uniq_key(brokers, sink, uniq, batch_ms + 5 * DAY_MS) is not None
+    finally:
+        for raw in brokers:
+            raw.close()
+
+
+def test_the_batch_time_comes_from_the_offset_log_or_else_the_run_start(tmp_path, caplog):
+    offsets = tmp_path / "offsets"
+    offsets.mkdir()
+    (offsets / "3").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1764000000123,'
+                               '"conf":{}}\n{"x":1}\n')
+    assert batch_created_ms(str(tmp_path), 3, 42) == 1764000000123
+    assert batch_created_ms(tmp_path.as_uri(), 3, 42) == 1764000000123
+    with caplog.at_level(logging.WARNING):
+        assert batch_created_ms(str(tmp_path), 4, 42) == 42
+        assert batch_created_ms(None, 3, 42) == 42
+        assert batch_created_ms("hdfs://nn/cp", 3, 42) == 42
 
 
 # ------------------------------------------------------------------ the broker's answers
