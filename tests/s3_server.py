@@ -48,8 +48,8 @@ class S3Server:
         """The sink's ``checkpointStorage.*`` options for this server."""
         out = {"checkpointStorage.endpoint": self.endpoint, "checkpointStorage.scheme": "http",
                "checkpointStorage.region": REGION,
-               "checkpointStorage.access_key": self.access_key,
-               "checkpointStorage.secret_key": self.secret_key}
+               "checkpointStorage.accessKey": self.access_key,
+               "checkpointStorage.secretKey": self.secret_key}
         out.update({f"checkpointStorage.{k}": v for k, v in extra.items()})
         return out
 

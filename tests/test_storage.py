@@ -177,9 +177,9 @@ def test_a_bucket_that_does_not_exist_is_named_and_nothing_is_written(s3_server,
 def test_refused_credentials_name_the_bucket_and_hide_the_secret(s3_server, tmp_path, access,
                                                                  secret):
     s3_server.create_bucket("rec-creds")
-    options = s3_server.options(location="s3://rec-creds/rec", secret_key=secret)
+    options = s3_server.options(location="s3://rec-creds/rec", secretKey=secret)
     if access:
-        options["checkpointStorage.access_key"] = access
+        options["checkpointStorage.accessKey"] = access
     before = s3_server.requests()
     with pytest.raises(StorageError) as info:
         open_record(str(tmp_path / "cp"), StorageOptions.from_raw(options), check=True)

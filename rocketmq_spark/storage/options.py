@@ -39,7 +39,12 @@ KEYS: Dict[str, Dict[str, Tuple[str, str]]] = {
         ("buffer_size", _INT), ("default_block_size", _INT))},
     "local": {},
 }
-ALIASES = {"endpoint": "endpoint_override", "pathstyleaccess": "path_style_access"}
+# Short names; accessKey and secretKey are the ones Spark's redaction (spark.redaction.regex)
+# hides in plans and the UI, so the documentation gives those.
+ALIASES = {"endpoint": "endpoint_override", "pathstyleaccess": "path_style_access",
+           "accesskey": "access_key", "secretkey": "secret_key", "sessiontoken": "session_token",
+           "accountkey": "account_key", "sastoken": "sas_token", "clientsecret": "client_secret",
+           "projectid": "project_id", "accountname": "account_name"}
 SECRET_KEYS = frozenset({"access_key", "secret_key", "session_token", "access_token",
                          "account_key", "sas_token", "client_secret"})
 
@@ -84,8 +89,9 @@ class StorageOptions:
                 out["force_virtual_addressing"] = not _parse(key, text, _BOOL)
                 continue
             if key not in allowed:
-                names = ", ".join(["location"] + sorted(allowed)
-                                  + (["endpoint", "pathStyleAccess"] if kind == "s3" else []))
+                short = sorted(a for a, k in ALIASES.items() if k in allowed)
+                names = ", ".join(["location"] + sorted(allowed) + short
+                                  + (["pathstyleaccess"] if kind == "s3" else []))
                 raise StorageConfigError(
                     f"option checkpointStorage.{key} is not known for a {scheme}:// store; "
                     f"it takes checkpointStorage.<key> with a key among: {names}")
