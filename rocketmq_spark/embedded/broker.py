@@ -277,6 +277,15 @@ class Broker:
         if offset >= 0:
             return self._reply(cmd, ResponseCode.SUCCESS, {"offset": str(offset)})
         queue = self.store.existing_queue(topic, queue_id)
+        if self.options.at_least("5.1"):
+            # 5.1.4's ConsumerManageProcessor: setZeroIfNotFound=false refuses; else 0 only
+            # when message 0 is there (checkInMemByConsumeOffset): an empty queue is not found
+            if (f.get("setZeroIfNotFound") or "").lower() == "false":
+                return self._reply(cmd, ResponseCode.QUERY_NOT_FOUND, {},
+                                   "Not found, do not set to zero, maybe this group boot first")
+            if queue is not None and queue.min_offset <= 0 < queue.max_offset:
+                return self._reply(cmd, ResponseCode.SUCCESS, {"offset": "0"})
+            return self._reply(cmd, ResponseCode.QUERY_NOT_FOUND, {}, QUERY_NOT_FOUND_REMARK)
         if queue is None or queue.min_offset <= 0:
             # 4.9.8: min offset 0 and message 0 still "in memory" (or the queue empty) -> 0
             return self._reply(cmd, ResponseCode.SUCCESS, {"offset": "0"})

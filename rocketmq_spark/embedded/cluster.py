@@ -107,7 +107,8 @@ class EmbeddedCluster(ClusterFaults, ClusterSlaves):
             self.proxy_tls_cert = tls_cert
         self.faults = FaultInjector()
         self._originals: Dict[tuple, bytes] = {}  # records damaged by corrupt(), for repair()
-        self.namesrv = NameServer(self.options.cluster_name, self.options.version)
+        self.namesrv = NameServer(self.options.cluster_name, self.options.version,
+                                  acting_master_field=self.options.at_least("5.1"))
         self._namesrv_server = RemotingServer(NAMESRV, self.namesrv, host=host, port=namesrv_port,
                                               tls=self.tls_settings, faults=self.faults,
                                               version=self.options.version)

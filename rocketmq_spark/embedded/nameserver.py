@@ -52,9 +52,12 @@ def unsupported(cmd: RemotingCommand, version: int) -> RemotingCommand:
 class NameServer:
     """Request handlers of the name server; brokers register and unregister themselves."""
 
-    def __init__(self, cluster: str = "DefaultCluster", version: int = 409):
+    def __init__(self, cluster: str = "DefaultCluster", version: int = 409,
+                 acting_master_field: bool = False):
         self.cluster = cluster
         self.version = version
+        # 5.x name servers write BrokerData's enableActingMaster in routes and cluster info
+        self.acting_master_field = acting_master_field
         self._nodes: Dict[str, Dict[int, RegisteredBroker]] = {}  # name -> brokerId -> node
         self._kept_topics: Dict[str, Dict[str, object]] = {}  # a gone master's last topics
 
@@ -142,8 +145,8 @@ class NameServer:
         if code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
             return self._route(cmd)
         if code == RequestCode.GET_BROKER_CLUSTER_INFO:
-            return cmd.make_response(ResponseCode.SUCCESS, None, body=self.cluster_info().to_json(),
-                                     version=self.version)
+            body = self.cluster_info().to_json(self.acting_master_field)
+            return cmd.make_response(ResponseCode.SUCCESS, None, body=body, version=self.version)
         if code == RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER:
             body = json.dumps({"topicList": self.topics()}, separators=(",", ":"),
                               ensure_ascii=False).encode("utf-8")
@@ -163,5 +166,6 @@ class NameServer:
                 remark=f"No topic route info in name server for the topic: {topic}{FAQ_SUFFIX}")
         standard = (cmd.version >= VERSION_V4_9_4
                     or java_bool(fields.get("acceptStandardJsonOnly")))
-        return cmd.make_response(ResponseCode.SUCCESS, None, body=route.to_json(standard),
+        return cmd.make_response(ResponseCode.SUCCESS, None,
+                                 body=route.to_json(standard, self.acting_master_field),
                                  version=self.version)

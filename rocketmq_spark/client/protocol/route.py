@@ -131,10 +131,11 @@ class TopicRouteData:
             raise ProtocolError(f"route JSON lacks or mistypes a field: {exc!r}", 0, "route body",
                                 data) from None
 
-    def to_json(self, standard: bool = True) -> bytes:
-        """The name server's body; ``standard=False`` writes bare integer keys like fastjson."""
+    def to_json(self, standard: bool = True, acting_master: bool = False) -> bytes:
+        """The name server's body; ``standard=False`` writes bare integer keys like fastjson;
+        ``acting_master`` adds 5.x's ``enableActingMaster`` (false) to every broker."""
         obj: Dict[str, object] = {
-            "brokerDatas": [_broker_to_obj(b) for b in self.broker_datas],
+            "brokerDatas": [_broker_to_obj(b, acting_master) for b in self.broker_datas],
             "filterServerTable": {},
         }
         if self.order_topic_conf is not None:
@@ -152,9 +153,12 @@ def _broker_from_json(b) -> BrokerData:
                       cluster=b.get("cluster", ""))
 
 
-def _broker_to_obj(b: BrokerData) -> dict:
-    return {"brokerAddrs": {int(k): v for k, v in sorted(b.broker_addrs.items())},
-            "brokerName": b.broker_name, "cluster": b.cluster}
+def _broker_to_obj(b: BrokerData, acting_master: bool = False) -> dict:
+    obj = {"brokerAddrs": {int(k): v for k, v in sorted(b.broker_addrs.items())},
+           "brokerName": b.broker_name, "cluster": b.cluster}
+    if acting_master:  # 5.x's BrokerData: enableActingMaster, false unless slave acting master
+        obj["enableActingMaster"] = False
+    return obj
 
 
 @dataclass
@@ -177,10 +181,12 @@ class ClusterInfo:
             raise ProtocolError(f"cluster JSON lacks or mistypes a field: {exc!r}", 0,
                                 "cluster body", data) from None
 
-    def to_json(self) -> bytes:
-        """Always fastjson's non-standard form, as genuine name servers answer this request."""
+    def to_json(self, acting_master: bool = False) -> bytes:
+        """Always fastjson's non-standard form, as genuine name servers answer this request
+        (``acting_master``: with 5.x's ``enableActingMaster``)."""
         return dumps_fastjson({
-            "brokerAddrTable": {n: _broker_to_obj(b) for n, b in self.broker_addr_table.items()},
+            "brokerAddrTable": {n: _broker_to_obj(b, acting_master)
+                                for n, b in self.broker_addr_table.items()},
             "clusterAddrTable": self.cluster_addr_table}, standard=False)
 
 
