@@ -213,7 +213,8 @@ def test_the_batch_time_comes_from_the_offset_log_or_else_the_run_start(tmp_path
     with caplog.at_level(logging.WARNING):
         assert batch_created_ms(str(tmp_path), 4, 42) == 42
         assert batch_created_ms(None, 3, 42) == 42
-        assert batch_created_ms("hdfs://nn/cp", 3, 42) == 42
+        assert batch_created_ms("nosuchscheme://nn/cp", 3, 42) == 42
+    assert sum("cannot read batchTimestampMs" in r.getMessage() for r in caplog.records) <= 1
 
 
 # ------------------------------------------------------------------ the broker's answers

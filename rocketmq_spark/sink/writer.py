@@ -199,7 +199,7 @@ class RocketMQStreamWriter(*stream_writer_bases()):
             raise RuntimeError("the rocketmq stream sink's task has no query id or batch id "
                                "(sql.streaming.queryId / streaming.sql.batchId)")
         created = batch_created_ms(self.options.checkpoint_location, int(batch_id),
-                                   self.created_ms)
+                                   self.created_ms, self.options.checkpoint_storage)
         identity = TaskIdentity("stream", query_id, int(batch_id), context.partitionId(), created)
         group = self._group(query_id)
         if self.options.send_back:
