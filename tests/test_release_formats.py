@@ -91,3 +91,33 @@ def test_the_client_reads_no_committed_offset_on_5_1(one_broker):
         queue = MessageQueue("CapFifoT", one_broker.brokers[0].name, 0)
         found = admin.offsets("committed", [queue], group="NoSuchGroup")
     assert found[queue] == (None if one_broker.options.at_least("5.1") else 0)
+
+
+def test_the_client_reads_every_genuine_5_1_4_pull_answer(frames):
+    """Each PULL_MESSAGE answer of the capture (the 5.1.4 broker's, relayed by the proxy):
+    statuses and offsets read, FOUND bodies decoded with their CRCs checked; the proxy's
+    refusal (seq 907) raises its code and remark."""
+    from rocketmq_spark.client.errors import ResponseError
+    from rocketmq_spark.client.protocol.frame import decode_payload
+    from rocketmq_spark.client.protocol.message import decode_messages
+    from rocketmq_spark.client.pull import PullStatus, pull_result
+
+    statuses, messages = [], 0
+    for f in frames.values():
+        if f.get("request_code_name") != "PULL_MESSAGE" or f["rpc"] != "response":
+            continue
+        header = f["header_text"].encode()
+        cmd = decode_payload(len(header).to_bytes(4, "big") + header
+                             + bytes.fromhex(f["body_hex"]))
+        if f["header"]["code"] == ResponseCode.VERSION_NOT_SUPPORTED:
+            with pytest.raises(ResponseError, match="doesn't have field bname"):
+                pull_result(cmd)
+            continue
+        result = pull_result(cmd)
+        statuses.append(result.status)
+        assert result.next_begin_offset == int(f["header"]["extFields"]["nextBeginOffset"])
+        if result.status is PullStatus.FOUND:
+            found = decode_messages(result.body)
+            assert found and all(m.queue_offset < result.next_begin_offset for m in found)
+            messages += len(found)
+    assert statuses.count(PullStatus.FOUND) == 44 and messages == 56
