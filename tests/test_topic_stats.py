@@ -251,3 +251,38 @@ def test_the_proxy_remoting_port_refuses_it_and_lookups_fall_back(embedded_clust
             assert highs[MessageQueue(topic, "broker-b", 2)] == 5 and sum(highs.values()) == 5
     codes = proxy.take()
     assert codes[STATS] == 2 and codes[MAX] == 24, json.dumps(codes)
+
+
+def test_a_stream_over_400_queues_is_exact_and_idles_on_one_table_per_broker(
+        spark, cluster, unique_name, tmp_path):
+    """A real stream (default options) over 2 x 200 queues reads every message exactly once,
+    in queue order, before and after an idle spell; while idle, each broker sees
+    GET_TOPIC_STATS_INFO and no per-queue offset lookup."""
+    from source_helpers import assert_read_in_queue_order, ids_of, produce, reader, start_memory
+    from waiting import wait_until
+
+    topic = unique_name("Idle")
+    cluster.create_topic(topic, queues=200)
+    produce(cluster.namesrv_addr, topic, range(1000))
+    counted = count_brokers(cluster)
+    name = unique_name("idle").replace("-", "_")
+    query = start_memory(reader(spark, cluster.namesrv_addr, topic,
+                                startingOffsets="earliest"), name, str(tmp_path / "cp"))
+    try:
+        table = lambda: spark.table(name)  # noqa: E731
+        wait_until(lambda: table().count() >= 1000, 120, "the first 1,000 rows")
+        for c in counted.values():
+            c.take()
+        wait_until(lambda: all(c.codes[STATS] >= 3 for c in counted.values()), 60,
+                   "three table lookups at each broker while idle")
+        for name_, c in counted.items():
+            idle = c.take()
+            assert idle[MAX] == 0 and idle[int(RequestCode.GET_MIN_OFFSET)] == 0, (name_, idle)
+        produce(cluster.namesrv_addr, topic, range(1000, 1400))
+        wait_until(lambda: table().count() >= 1400, 120, "the 400 rows sent later")
+        assert query.exception() is None
+        rows = table()
+        assert ids_of(rows.select("keys").collect()) == list(range(1400))
+        assert_read_in_queue_order(rows, 400)
+    finally:
+        query.stop()

@@ -1,9 +1,12 @@
 """Driver-side lookups: which queues the query reads, and their offsets.
 
 Everything here talks to the name servers and brokers in bulk (every request of a lookup is
-sent before any answer is awaited), so planning stays fast with a thousand queues. Max offsets
-are cached for ``offsetsRefreshIntervalMs``: Spark asks for the latest offset about ninety times
-a second while a stream is idle.
+sent before any answer is awaited), so planning stays fast with a thousand queues. Min and max
+offsets come from one GET_TOPIC_STATS_INFO per topic and broker where the broker serves it, else
+one request per queue (see :mod:`..client.topic_stats`). Max offsets are cached for
+``offsetsRefreshIntervalMs``: Spark asks for the latest offset about ninety times a second while
+a stream is idle, and the brokers should see a few requests a second, not ninety; a batch that
+ends looks them up afresh at once.
 """
 from __future__ import annotations
 

@@ -80,7 +80,7 @@ class SourceOptions:
     tls_ca_file: Optional[str] = None
     tls_verify: bool = True
     commit_offsets: bool = True
-    offsets_refresh_interval_ms: int = 50
+    offsets_refresh_interval_ms: int = 250
     verify_crc: bool = True
     membership: str = "none"
     allocate_strategy: str = "averagely"
@@ -302,7 +302,7 @@ SOURCE_OPTIONS = OptionTable("the rocketmq source", CONNECTION + (
            "add a properties map column"),
     Option("commitOffsets", "commit_offsets", boolean, True,
            "commit each completed batch's end to consumerGroup"),
-    Option("offsetsRefreshIntervalMs", "offsets_refresh_interval_ms", integer(0, 600_000), 50,
+    Option("offsetsRefreshIntervalMs", "offsets_refresh_interval_ms", integer(0, 600_000), 250,
            "how old cached max offsets may be while a stream is idle"),
     Option("verifyCrc", "verify_crc", boolean, True, "check each message's body CRC"),
     Option("membership", "membership", choice("none", "group"), "none",
