@@ -121,3 +121,26 @@ def test_the_client_reads_every_genuine_5_1_4_pull_answer(frames):
             assert found and all(m.queue_offset < result.next_begin_offset for m in found)
             messages += len(found)
     assert statuses.count(PullStatus.FOUND) == 44 and messages == 56
+
+
+def test_the_client_reads_genuine_5_1_4_check_backs(frames):
+    """The 5.1.4 broker's CHECK_TRANSACTION_STATE (seq 752-758, with 5.x's ``bname``) and the
+    proxy's relay of them (seq 759-768, without it): offsets, ids and the re-stored half
+    message with its properties are read."""
+    from rocketmq_spark.client.protocol.frame import decode_payload
+    from rocketmq_spark.client.transaction import parse_check_request
+
+    checks = [f for f in frames.values() if f["rpc"] in ("request", "oneway")
+              and f["header"]["code"] == RequestCode.CHECK_TRANSACTION_STATE]
+    assert len(checks) == 14
+    for f in checks:
+        header = f["header_text"].encode()
+        cmd = decode_payload(len(header).to_bytes(4, "big") + header
+                             + bytes.fromhex(f["body_hex"]))
+        ext = f["header"]["extFields"]
+        request = parse_check_request("proxy", cmd)
+        assert request.queue_offset == int(ext["tranStateTableOffset"])
+        assert request.commit_log_offset == int(ext["commitLogOffset"])
+        assert request.uniq_key == ext["msgId"] == request.transaction_id
+        assert request.message is not None and request.group in ("CapTxG", "CapRawTxG")
+        assert request.properties["TRANSACTION_CHECK_TIMES"] == "1"
