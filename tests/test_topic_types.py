@@ -219,3 +219,35 @@ def test_exactly_once_to_a_normal_topic_fails_in_spark_before_any_task(spark, fi
     assert spark.sparkContext.statusTracker().getJobIdsForGroup() == jobs, "no job ran"
     assert all(five.max_offset("CapNormalT", b.name, q) == 0 for b in five.brokers
                for q in range(4))
+
+
+@needs_capture
+def test_a_type_refusal_met_while_sending_says_what_to_do(embedded_cluster_factory):
+    """Through a proxy's remoting port the type cannot be read first: the proxy's refusal
+    (the genuine remark of seq 882) fails the task with the type needed and the command."""
+    import pyarrow as pa
+
+    from rocketmq_spark.client.protocol.codes import RequestCode as Codes
+    from rocketmq_spark.sink.ids import TaskIdentity
+    from rocketmq_spark.sink.options import parse_sink_options
+    from rocketmq_spark.sink.schema import plan_columns
+    from rocketmq_spark.sink.task import SinkWriteError, write_task
+
+    remark = json.loads(frames()[882]["header_text"])["remark"]
+    cluster = embedded_cluster_factory(brokers=1, release="5.1")
+    cluster.create_topic("HintT", 4, message_type="NORMAL")
+    cluster.fail_next(5, ResponseCode.MESSAGE_ILLEGAL, remark,
+                      request_codes=[Codes.SEND_MESSAGE, Codes.SEND_MESSAGE_V2,
+                                     Codes.SEND_BATCH_MESSAGE])
+    options = parse_sink_options({"nameServer": cluster.namesrv_addr, "topic": "HintT",
+                                  "retries": "0"})
+    batch = pa.RecordBatch.from_arrays([pa.array(["a", "b"])], ["body"])
+    with pytest.raises(SinkWriteError) as info:
+        write_task([batch], plan_columns(SCHEMA, "HintT"), options,
+                   TaskIdentity("batch", "job", 0, 0), "G")
+    message = str(info.value)
+    assert "TopicMessageType validate failed, the expected type is NORMAL, but actual type " \
+           "is TRANSACTION" in message
+    assert "The topic is NORMAL and these messages are TRANSACTION: change its type with " \
+           "mqadmin updateTopic -n <nameServer> -c <cluster> -t HintT -a " \
+           "+message.type=TRANSACTION" in message

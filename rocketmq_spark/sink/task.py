@@ -21,6 +21,7 @@ from .options import SinkOptions
 from .requests import plan_requests
 from .rows import normalize
 from .schema import ColumnPlan
+from .topic_type_guard import type_refusal_hint
 from .transport import Transport, open_transport
 
 log = logging.getLogger(__name__)
@@ -96,17 +97,18 @@ def write_task(batches: Iterable[pa.RecordBatch], plan: ColumnPlan, options: Sin
             row += batch.num_rows
         stats = pipeline.flush()
     except RocketMQError as exc:
+        hint = type_refusal_hint(exc, options.topic)
         if half_properties is not None:
             _roll_back(transport, group, handles + [
                 sent.handle for sent in pipeline.unreported()])
             raise SinkWriteError(
                 f"the rocketmq sink's task ({identity.describe()}) failed: {exc}. Its half "
                 "messages are rolled back (exactlyOnce): nothing of this attempt is "
-                "delivered; Spark runs the task again") from exc
+                f"delivered; Spark runs the task again.{hint}") from exc
         raise SinkWriteError(
             f"the rocketmq sink's task ({identity.describe()}) failed: {exc}. Messages "
             "acknowledged before this stay sent (at least once); Spark runs the task again "
-            "and resends them with the same message ids") from exc
+            f"and resends them with the same message ids.{hint}") from exc
     except BaseException:
         # anything else (a bad row, Spark cancelling the task): undo the stored halves too
         if half_properties is not None:

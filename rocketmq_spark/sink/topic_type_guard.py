@@ -11,9 +11,10 @@ remoting port, which does not serve the request) nothing is checked here.
 """
 from __future__ import annotations
 
+import re
 from typing import Optional, Tuple
 
-from ..client.errors import RocketMQError
+from ..client.errors import ResponseError, RocketMQError
 from ..client.namespace import wrap
 from ..client.nameserver import NameServerClient
 from ..client.remoting import RemotingClient
@@ -23,6 +24,9 @@ from .options import SinkOptions
 from .schema import ColumnPlan
 
 MIXED = "MIXED"
+# the 5.x proxy's refusal (DefaultTopicMessageTypeValidator), MESSAGE_ILLEGAL (13)
+_REFUSAL = re.compile(r"TopicMessageType validate failed, the expected type is (\w+), but "
+                      r"actual type is (\w+)")
 
 
 def required_type(options: SinkOptions, plan: ColumnPlan) -> Optional[Tuple[str, str]]:
@@ -66,3 +70,28 @@ def check_topic_type(options: SinkOptions, plan: ColumnPlan) -> None:
         f"the expected type is {wrong[0][0]}, but actual type is {wanted}\"). Nothing was "
         f"sent. Change the topic's type with: mqadmin updateTopic -n <nameServer> -c {cluster} "
         f"-t {topic} -a +message.type={wanted}   (or write to a {wanted} topic)")
+
+
+def type_refusal_hint(error: Optional[BaseException], topic: Optional[str]) -> str:
+    """What to do about a send a 5.x proxy refused for the topic's message type (where the
+    type could not be read before sending: through the proxy's remoting port); "" for any
+    other error."""
+    found = None
+    seen = set()
+    while error is not None and id(error) not in seen and found is None:
+        seen.add(id(error))  # the send's failure may wrap the proxy's answer
+        if isinstance(error, ResponseError) and error.code == 13:
+            found = _REFUSAL.search(error.remark)
+        elif "MESSAGE_ILLEGAL (13)" in str(error):
+            found = _REFUSAL.search(str(error))
+        error = error.__cause__ or error.__context__
+    if not found:
+        return ""
+    expected, actual = found.groups()
+    name = topic or "<topic>"
+    if expected == "UNSPECIFIED":
+        return (f" The proxy finds no topic {name}: create it with mqadmin updateTopic -n "
+                f"<nameServer> -c <cluster> -t {name} -a +message.type={actual}.")
+    return (f" The topic is {expected} and these messages are {actual}: change its type with "
+            f"mqadmin updateTopic -n <nameServer> -c <cluster> -t {name} -a "
+            f"+message.type={actual}, or write to a {actual} topic.")
