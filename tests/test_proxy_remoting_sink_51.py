@@ -216,6 +216,48 @@ def test_a_first_phase_commit_is_dropped_and_the_check_back_settles_the_row(prox
     wait_until(lambda: proxied.pending_transactions("broker-a") == [], 10, "nothing pending")
 
 
+def test_check_back_answers_of_a_job_settled_through_the_proxy(proxied, unique_name):
+    """The rules that keep each row once when the broker asks again about a re-stored copy
+    (rocketmq_spark/sink/proxy_settle.py): COMMIT the first time, UNKNOWN while that COMMIT
+    may still be on its way, COMMIT again once it must have been lost, ROLLBACK once the row
+    is in its topic; ROLLBACK for an attempt Spark did not keep, UNKNOWN for another job."""
+    from types import SimpleNamespace
+
+    from rocketmq_spark.client.transaction import CheckRequest
+    from rocketmq_spark.sink.options import parse_sink_options
+    from rocketmq_spark.sink.proxy_settle import ANSWER_GRACE_S, ProxySettlement
+
+    topic = unique_name("Px51Rules")
+    proxied.create_topic(topic, 1, brokers=["broker-b"])
+    now = [100.0]
+    options = parse_sink_options({"nameServer": proxied.proxy_remoting_addr, "topic": topic,
+                                  "deliveryGuarantee": "exactlyOnce"})
+    row = HalfHandle("broker-b", proxied.proxy_remoting_addr, "ROW1", 7, 70, "ROW1")
+    settlement = ProxySettlement(options, proxied.proxy_remoting_addr, "G", "job1", ["kept"],
+                                 [row], clock=lambda: now[0])
+
+    def ask(uniq="ROW1", token="kept", job="job1"):
+        props = {"UNIQ_KEY": uniq, "SPARK_QUERY_ID": job, "SPARK_WRITE_TOKEN": token,
+                 "REAL_TOPIC": topic, "REAL_QID": "0"}
+        return settlement.decide(CheckRequest(proxied.proxy_remoting_addr, 9, 90, uniq, uniq,
+                                              "", SimpleNamespace(properties=props)))
+
+    try:
+        assert ask(job="job2") is Outcome.UNKNOWN
+        assert ask(token="failed-attempt") is Outcome.ROLLBACK
+        assert ask() is Outcome.COMMIT
+        now[0] += ANSWER_GRACE_S / 2
+        assert ask() is Outcome.UNKNOWN          # the COMMIT may still be on its way
+        now[0] += ANSWER_GRACE_S
+        assert ask() is Outcome.COMMIT           # it was lost: the row is not stored
+        proxied.append(topic, "broker-b", 0, [b"row"], properties={"UNIQ_KEY": "ROW1"})
+        now[0] += 2 * ANSWER_GRACE_S
+        assert ask() is Outcome.ROLLBACK         # stored: a copy must not be stored again
+        assert settlement.settled() == 1
+    finally:
+        settlement.close()
+
+
 # ------------------------------------------------------------------ the sink in Spark
 
 
@@ -246,37 +288,51 @@ def test_at_least_once_through_the_proxy_in_batches_read_back_by_the_cpp_client(
     assert bodies == list(range(1000))
 
 
-def test_exactly_once_through_the_proxy_is_refused_before_anything_is_sent(
-        spark, proxied, unique_name, tmp_path):
-    """The rows could become visible only by check-back through a proxy: df.write and
-    writeStream refuse on the driver, naming the address and what to do; nothing is sent."""
+@pytest.mark.skipif(importlib.util.find_spec("rocketmq") is None,
+                    reason="needs PyPI rocketmq 0.4.4 (Apache's C++ client)")
+def test_exactly_once_df_write_through_the_proxy_is_settled_by_check_back(
+        spark, proxied, unique_name):
+    """No END_TRANSACTION reaches a broker through the proxy: the job's commit registers its
+    producer group there, answers the relayed check-backs and returns once every row is in
+    its topic; each row once, as Apache's C++ PullConsumer reads them from the brokers."""
     topic = unique_name("Px51Eo")
     proxied.create_topic(topic, 4)
+    relayed = proxied.proxy_remoting.transactions.relayed
+    (spark.range(600).selectExpr("CAST(id AS STRING) AS body").repartition(3)
+     .write.mode("append").format("rocketmq")
+     .option("nameServer", proxied.proxy_remoting_addr).option("topic", topic)
+     .option("deliveryGuarantee", "exactlyOnce").save())
+    assert visible(proxied, topic) == 600  # visible when df.write returns
+    assert proxied.proxy_remoting.transactions.relayed - relayed >= 600
+    got = run_peer("pull", "--namesrv", proxied.namesrv_addr, "--topic", topic, "--group",
+                   unique_name("Px51CppEoG"))
+    assert sorted(int(m["body"]) for m in got["messages"]) == list(range(600))
+    wait_until(lambda: all(proxied.pending_transactions(b.name) == []
+                           for b in proxied.brokers), 30, "no half message left pending")
+    assert visible(proxied, topic) == 600  # the copies checked later were rolled back
+
+
+def test_an_exactly_once_stream_through_the_proxy_is_refused_before_anything_is_sent(
+        spark, proxied, unique_name, tmp_path):
+    """A stream's recovery after a driver crash reads each broker's op topic by address,
+    which the proxy hides: writeStream refuses on the driver, naming the address and what to
+    do; nothing is sent."""
+    topic = unique_name("Px51EoStream")
+    proxied.create_topic(topic, 4)
     forwarded = proxied.proxy_remoting.forwarded
-    df = spark.range(50).selectExpr("CAST(id AS STRING) AS body")
-    with pytest.raises(Exception) as refused:
-        (df.write.mode("append").format("rocketmq")
-         .option("nameServer", proxied.proxy_remoting_addr).option("topic", topic)
-         .option("deliveryGuarantee", "exactlyOnce").save())
-    text = str(refused.value)
-    assert "deliveryGuarantee=exactlyOnce" in text and proxied.proxy_remoting_addr in text
-    assert "END_TRANSACTION" in text and "atLeastOnce" in text
     stream = (spark.readStream.format("rate").option("rowsPerSecond", 10).load()
               .selectExpr("CAST(value AS STRING) AS body").writeStream.format("rocketmq")
               .option("nameServer", proxied.proxy_remoting_addr).option("topic", topic)
               .option("deliveryGuarantee", "exactlyOnce")
               .option("checkpointLocation", str(tmp_path / "cp")))
-    with pytest.raises(Exception) as refused_stream:
+    with pytest.raises(Exception) as refused:
         query = stream.start()
         try:
             query.processAllAvailable()
         finally:
             query.stop()
-    assert "deliveryGuarantee=exactlyOnce" in str(refused_stream.value)
+    text = str(refused.value)
+    assert "deliveryGuarantee=exactlyOnce" in text and proxied.proxy_remoting_addr in text
+    assert "END_TRANSACTION" in text and "atLeastOnce" in text
     assert proxied.proxy_remoting.forwarded == forwarded
     assert visible(proxied, topic) == 0
-    assert proxied.pending_transactions("broker-a") == []
-    # the same write reaching the brokers directly is not refused
-    (df.write.mode("append").format("rocketmq").option("nameServer", proxied.namesrv_addr)
-     .option("topic", topic).option("deliveryGuarantee", "exactlyOnce").save())
-    wait_until(lambda: visible(proxied, topic) == 50, 30, "the direct exactly-once write")

@@ -1,13 +1,11 @@
-"""Exactly once is refused through a 5.x proxy's remoting port, before anything is sent.
+"""Exactly once through a 5.x proxy's remoting port: found on the driver, before anything is
+sent. ``df.write`` is settled by check-back there (:mod:`.proxy_settle`); a stream is refused.
 
 Through that port a first-phase END_TRANSACTION never reaches a broker: a genuine 5.1.4 proxy
 answers it SUCCESS and drops it, because it finds a transaction only in a table it fills when
-it passes a broker's check-back on. The rows of an exactly-once write would become visible only
-by check-back, one broker ``transactionCheckInterval`` (30 s by default on 5.x) or more after
-the commit, each answered through the proxy within its ``transactionDataExpireMillis`` (30 s),
-and with no way to learn that a COMMIT was applied. The sink's record of what it committed is
-kept per broker address and read from the brokers' op topic, which a proxy hides. So the write
-is refused on the driver, with what to do instead.
+it passes a broker's check-back on. A stream's recovery after a driver crash decides which rows
+its dead driver committed from each broker's op topic, by broker address, which a proxy hides
+(every broker is at its address), so a stream is refused with what to do instead.
 
 How a proxy is told from a name server: a name server answers GET_BROKER_CLUSTER_INFO; a
 proxy's remoting port refuses it (REQUEST_CODE_NOT_SUPPORTED " request type 106 not
@@ -17,7 +15,7 @@ not the one the client dialled.
 """
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 from ..client.config import parse_name_servers
 from ..client.errors import RocketMQError
@@ -46,20 +44,26 @@ def proxies_among_name_servers(options: SinkOptions) -> List[str]:
         remoting.close()
 
 
-def refuse_exactly_once_through_proxy(options: SinkOptions) -> None:
-    """Raise :class:`OptionError` when ``deliveryGuarantee=exactlyOnce`` would go through a
-    5.x proxy's remoting port."""
+def exactly_once_proxy(options: SinkOptions) -> Optional[str]:
+    """The proxy an exactly-once write would go through, or None."""
     if not options.exactly_once or options.send_back:
-        return
+        return None
     proxies = proxies_among_name_servers(options)
-    if not proxies:
+    return proxies[0] if proxies else None
+
+
+def refuse_exactly_once_stream_through_proxy(options: SinkOptions) -> None:
+    """Raise :class:`OptionError` when a stream's ``deliveryGuarantee=exactlyOnce`` would go
+    through a 5.x proxy's remoting port."""
+    proxy = exactly_once_proxy(options)
+    if proxy is None:
         return
     raise OptionError(
-        f"option deliveryGuarantee=exactlyOnce cannot be kept through a 5.x proxy's remoting "
-        f"port (nameServer {', '.join(proxies)} is one: it does not list the cluster's "
-        "brokers). Such a proxy answers every first-phase END_TRANSACTION (COMMIT) with "
-        "SUCCESS and drops it; the rows would become visible only when a broker checks back, "
-        "a transactionCheckInterval (30 s by default) or more later, and the sink could not "
-        "confirm them. Nothing was sent. Give nameServer the cluster's name servers so the "
-        "sink reaches the brokers directly, or write with deliveryGuarantee=atLeastOnce "
-        "through the proxy (each row keeps one message id, so readers can drop repeats)")
+        f"option deliveryGuarantee=exactlyOnce is not kept by a stream through a 5.x proxy's "
+        f"remoting port (nameServer {proxy} is one: it does not list the cluster's brokers). "
+        "Such a proxy drops every first-phase END_TRANSACTION (COMMIT), so rows settle only "
+        "when a broker checks back, and after a driver crash the stream could not tell which "
+        "rows its last run committed. Nothing was sent. Give nameServer the cluster's name "
+        "servers so the sink reaches the brokers directly, or use "
+        "deliveryGuarantee=atLeastOnce through the proxy (each row keeps one message id, so "
+        "readers can drop repeats); a batch df.write with exactlyOnce works through the proxy")

@@ -35,7 +35,8 @@ from .batch_time import batch_created_ms
 from .commit_record import open_record, spark_checkpoint
 from .ids import TaskIdentity, new_job_token, now_ms
 from .options import SinkOptions, parse_sink_options
-from .proxy_guard import refuse_exactly_once_through_proxy
+from .proxy_guard import exactly_once_proxy, refuse_exactly_once_stream_through_proxy
+from .proxy_settle import settle_job
 from .schema import ColumnPlan, plan_columns
 from .topic_type_guard import check_topic_type
 from .send_back import send_back_task
@@ -120,6 +121,8 @@ def _totals(messages: List[Optional[WriterCommitMessage]]) -> str:
 class RocketMQBatchWriter(DataSourceArrowWriter):
     """``df.write.format("rocketmq")``: each task sends its partition's rows."""
 
+    proxy: Optional[str] = None  # exactly once through this 5.x proxy: settled by check-back
+
     def __init__(self, options: SinkOptions, plan: ColumnPlan, job_token: str,
                  created_ms: Optional[int] = None):
         self.options = options
@@ -144,7 +147,11 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
         return _group_name(self.options, self.job_token)
 
     def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
-        if self.options.exactly_once:
+        if self.options.exactly_once and self.proxy:
+            settle_job(self.options, self.proxy, self._group(), self.job_token,
+                       [m.summary.token for m in messages
+                        if isinstance(m, SinkCommit) and m.summary.token], _handles(messages))
+        elif self.options.exactly_once:
             self._commit_halves(_handles(messages))
         log.info("rocketmq sink job %s committed: %s", self.job_token, _totals(messages))
 
@@ -268,9 +275,10 @@ def batch_writer(raw: Mapping[str, str], schema: StructType, overwrite: bool
                           "(messages are appended to the topic)")
     options = parse_sink_options(raw)
     plan = _plan(schema, options)
-    refuse_exactly_once_through_proxy(options)
     check_topic_type(options, plan)
-    return RocketMQBatchWriter(options, plan, new_job_token())
+    writer = RocketMQBatchWriter(options, plan, new_job_token())
+    writer.proxy = exactly_once_proxy(options)
+    return writer
 
 
 def _plan(schema: StructType, options: SinkOptions):
@@ -298,7 +306,7 @@ def stream_writer(raw: Mapping[str, str], schema: StructType, overwrite: bool,
     options = parse_sink_options(raw)
     query_name = next((str(v) for k, v in raw.items() if str(k).lower() == "queryname"), None)
     plan = _plan(schema, options)
-    refuse_exactly_once_through_proxy(options)
+    refuse_exactly_once_stream_through_proxy(options)
     check_topic_type(options, plan)
     if options.exactly_once:
         # Before this run writes anything: settle what an earlier run left pending.
