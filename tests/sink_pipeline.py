@@ -41,7 +41,6 @@ def kill_hooks_source(kill_at: str):
     import signal
 
     from rocketmq_spark.datasource import RocketMQDataSource
-    from rocketmq_spark.sink.commit_record import write_atomic
     from rocketmq_spark.sink.exactly_once import CommitObserver, driver_jvm_pid
     from rocketmq_spark.sink.writer import stream_writer
 
@@ -71,10 +70,10 @@ def kill_hooks_source(kill_at: str):
         def _kill_at(commit_log, point, batch_id):
             if f"{point}:{batch_id}" not in wanted:
                 return
-            marker = os.path.join(commit_log.root, "kill-fired", f"{point}-{batch_id}")
-            if os.path.exists(marker):
+            marker = f"kill-fired/{point}-{batch_id}"  # in the record, on whatever store
+            if commit_log.store.read(marker) is not None:
                 return
-            write_atomic(marker, str(time.time()).encode())
+            commit_log.store.write(marker, str(time.time()).encode())
             jvm = driver_jvm_pid()
             logging.getLogger("sink_pipeline").warning(
                 "test hook: killing the driver JVM %s at %s of batch %d", jvm, point, batch_id)
