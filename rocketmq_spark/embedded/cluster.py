@@ -141,7 +141,8 @@ class EmbeddedCluster(ClusterFaults, ClusterSlaves):
             self._proxy_remoting = ProxyRemoting(
                 self.namesrv, host=host, port=proxy_remoting_port, tls=self.tls_settings,
                 faults=self.faults, transaction_heartbeat_period=proxy_transaction_heartbeat,
-                transaction_data_expire=proxy_transaction_data_expire)
+                transaction_data_expire=proxy_transaction_data_expire,
+                topic_config=self._topic_config if self.options.at_least("5.1") else None)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._thread: Optional[threading.Thread] = None
         self._started = False
@@ -295,6 +296,11 @@ class EmbeddedCluster(ClusterFaults, ClusterSlaves):
             return list(self._brokers)
         names = [brokers] if isinstance(brokers, str) else list(brokers)
         return [self.broker(n)._broker for n in names]
+
+    def _topic_config(self, topic: str):
+        """The config of ``topic`` on the first broker holding it (what a 5.x proxy reads)."""
+        return next((b.store.topics[topic] for b in self._brokers if topic in b.store.topics),
+                    None)
 
     def _broker(self, name: str) -> Broker:
         return self.broker(name)._broker

@@ -18,6 +18,10 @@ read from the 5.1 source (proxy/src/main/java/org/apache/rocketmq/proxy/remoting
   never matches it.
   Sends, CONSUMER_SEND_MSG_BACK and the offset requests wait 3 s; a pull waits its
   suspendTimeoutMillis + 10 s (PullMessageActivity), so long polling happens at the broker.
+* With 5.1 brokers (``topic_config`` given) a send's message type must match its topic's
+  (SendMessageActivity, ``enableTopicMessageTypeCheck``; :func:`.topic_types.proxy_send_refusal`),
+  the topic's config read from a broker holding it, before the broker name is resolved (seen
+  on a genuine 5.1.4 proxy: GET_TOPIC_CONFIG first, then the broker's route).
 * A pull without the subscription flag gets the group's subscription from the proxy's own
   heartbeat registry (SUBSCRIPTION_NOT_LATEST / SUBSCRIPTION_NOT_EXIST when it has none).
 * HEART_BEAT, UNREGISTER_CLIENT and CHECK_CLIENT_CONFIG (ClientManagerActivity) are the proxy's
@@ -43,10 +47,11 @@ import asyncio
 import json
 import logging
 from dataclasses import replace
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 from ..client.protocol.codes import FLAG_ONEWAY, VERSION_V4_9_4, RequestCode, ResponseCode
 from ..client.protocol.frame import RemotingCommand
+from ..client.protocol.properties import decode_properties
 from ..client.protocol.route import BrokerData, TopicRouteData
 from .consumers import (
     ClientRegistry,
@@ -58,6 +63,7 @@ from .proxy_links import BrokerLinks
 from .proxy_transactions import ProxyTransactions
 from .server import RemotingServer
 from .tls import TlsSettings
+from .topic_types import proxy_send_refusal
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +116,10 @@ class ProxyRemoting:
     def __init__(self, namesrv: NameServer, *, host: str = "127.0.0.1", port: int = 0,
                  tls: Optional[TlsSettings] = None, faults: Optional[FaultInjector] = None,
                  transaction_heartbeat_period: float = 20.0,
-                 transaction_data_expire: float = 30.0):
+                 transaction_data_expire: float = 30.0,
+                 topic_config: Optional[Callable[[str], object]] = None):
         self.namesrv = namesrv
+        self.topic_config = topic_config  # topic -> a broker's TopicConfig or None (5.1+)
         self.server = RemotingServer("proxy-remoting", self, host=host, port=port, tls=tls,
                                      faults=faults, version=PROXY_VERSION)
         self.clients = ClientRegistry(self._notify_ids_changed)
@@ -164,12 +172,23 @@ class ProxyRemoting:
             if code in PULL_CODES:
                 return self._pull(conn, cmd, broker)
             if code in SEND_CODES:
+                refusal = self._type_refusal(cmd)
+                if refusal is not None:
+                    return self._reply(cmd, *refusal)
                 self.transactions.note_send(cmd)
             self._forward(conn, cmd, broker, FORWARD_TIMEOUT)
             return None
         if code in UNANSWERED:
             return None
         return unsupported(cmd, PROXY_VERSION)
+
+    def _type_refusal(self, cmd: RemotingCommand) -> Optional[Tuple[int, str]]:
+        if self.topic_config is None:
+            return None
+        v1 = cmd.code == RequestCode.SEND_MESSAGE
+        topic = cmd.fields.get("topic" if v1 else "b", "")
+        properties = decode_properties(cmd.fields.get("properties" if v1 else "i", ""))
+        return proxy_send_refusal(topic, self.topic_config(topic), properties)
 
     def connection_closed(self, conn) -> None:
         self.clients.connection_closed(conn)
