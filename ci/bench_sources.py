@@ -116,7 +116,7 @@ def _one_row(pos: int) -> pa.RecordBatch:
               "queueOffset": pos, "body": b"x" * 100, "tags": None, "keys": str(pos),
               "msgId": "0" * 32, "bornTimestamp": 0, "storeTimestamp": 0,
               "bornHost": "127.0.0.1:1", "storeHost": "127.0.0.1:2", "reconsumeTimes": 0,
-              "commitLogOffset": pos}
+              "commitLogOffset": pos, "queueTopic": "BenchOneRow"}
     schema = arrow_schema()
     return pa.RecordBatch.from_arrays([pa.array([values[f.name]], f.type) for f in schema],
                                       schema=schema)
@@ -183,6 +183,7 @@ class _FileStreamReader(DataSourceStreamReader):
             "storeHost": pa.array(["127.0.0.1:2"] * n, pa.string()),
             "reconsumeTimes": pa.array([0] * n, pa.int32()),
             "commitLogOffset": pa.array(range(first, first + n), pa.int64()),
+            "queueTopic": pa.array(["BenchFile"] * n, pa.string()),
         }
         yield pa.RecordBatch.from_arrays([values[f.name] for f in schema], schema=schema)
 

@@ -47,6 +47,7 @@ def jvm_df(spark, rows: int, partitions: int, size: int):
         "storeTimestamp": F.timestamp_millis(F.lit(now_ms)),
         "bornHost": F.lit("127.0.0.1:40000"), "storeHost": F.lit("127.0.0.1:10911"),
         "reconsumeTimes": F.lit(0), "commitLogOffset": F.col("id"),
+        "queueTopic": F.lit(READ_TOPIC),
     }
     schema = spark_schema()
     df = spark.range(0, rows, 1, partitions).select(

@@ -41,7 +41,8 @@ def record(i: int = 0, **kw) -> bytes:
 def expected_rows(body: bytes, broker: str, include_properties: bool):
     """The output rows as the scalar decoder sees the same records."""
     rows = []
-    for m in decode_messages(body):
+    messages = list(decode_messages(body))
+    for m in messages:
         row = {
             "topic": m.topic, "brokerName": broker, "queueId": m.queue_id,
             "queueOffset": m.queue_offset, "body": m.body, "tags": m.tags, "keys": m.keys,
@@ -50,6 +51,7 @@ def expected_rows(body: bytes, broker: str, include_properties: bool):
             "storeTimestamp": EPOCH + dt.timedelta(milliseconds=m.store_timestamp),
             "bornHost": m.born_host, "storeHost": m.store_host,
             "reconsumeTimes": m.reconsume_times, "commitLogOffset": m.physical_offset,
+            "queueTopic": messages[0].topic,  # by default the queue's topic is the rows'
         }
         if include_properties:
             # Arrow maps come back as (key, value) lists; dict order = first-occurrence order.
@@ -78,7 +80,7 @@ def test_arrow_schema_is_pysparks_own_conversion(include_properties):
 def test_spark_schema_names_and_order():
     names = ["topic", "brokerName", "queueId", "queueOffset", "body", "tags", "keys", "msgId",
              "bornTimestamp", "storeTimestamp", "bornHost", "storeHost", "reconsumeTimes",
-             "commitLogOffset"]
+             "commitLogOffset", "queueTopic"]
     assert spark_schema().fieldNames() == names
     assert spark_schema(True).fieldNames() == names + ["properties"]
     assert all(f.nullable for f in spark_schema(True).fields)
@@ -141,6 +143,15 @@ def test_broker_name_is_a_plain_constant_column_of_any_length():
             assert col.type == pa.string() and len(col) == rows and col.null_count == 0
             assert col.unique().to_pylist() == [name]
             col.validate(full=True)
+
+
+def test_queue_topic_is_the_constant_given_and_leaves_topic_alone():
+    columns = decode_columns(b"".join(record(i) for i in range(4)))
+    out = to_spark_batch(columns, "b", False, "%RETRY%group")
+    assert out.column("queueTopic").to_pylist() == ["%RETRY%group"] * 4
+    assert out.column("topic").to_pylist() == columns.column("topic").to_pylist()
+    assert to_spark_batch(decode_columns(b""), "b", True, "T").column("queueTopic").to_pylist() \
+        == []
 
 
 def test_other_columns_are_the_decoders_arrays():

@@ -32,7 +32,7 @@ def test_batch_read_defaults_to_earliest_through_latest(spark, cluster, topic):
     assert [f.name for f in df.schema.fields] == [
         "topic", "brokerName", "queueId", "queueOffset", "body", "tags", "keys", "msgId",
         "bornTimestamp", "storeTimestamp", "bornHost", "storeHost", "reconsumeTimes",
-        "commitLogOffset"]
+        "commitLogOffset", "queueTopic"]
 
 
 def test_ending_offsets_and_ending_timestamp(spark, cluster, topic):

@@ -122,6 +122,13 @@ def test_a_member_reads_the_retry_queues_filled_before_it_joined(spark, retry_cl
     # Where they sit: the retry queues, in the checkpoint and committed for the group.
     assert {(r["brokerName"], r["queueId"]) for r in rows} <= {("broker-a", 0),
                                                               ("broker-b", 0)}
+    # queueTopic names the retry queue, so the four columns name the message's real place:
+    # the same place a read of the retry topic by name gives it.
+    position = ("queueTopic", "brokerName", "queueId", "queueOffset")
+    assert {tuple(r[c] for c in position) for r in rows} == {
+        tuple(left[r["keys"]][c] for c in position) for r in rows}
+    assert {r["queueTopic"] for r in rows} == {retry}
+    assert all(r["queueTopic"] == r["topic"] == retry for r in left.values())
     offsets = [json.loads(line) for f in sorted((tmp_path / "cp" / "offsets").glob("[0-9]*"),
                                                 key=lambda f: int(f.name))
                for line in f.read_text().splitlines()[1:] if line.startswith("{")]

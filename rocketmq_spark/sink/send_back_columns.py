@@ -30,7 +30,7 @@ REQUIRED = {
 OPTIONAL = {"properties", "tags", "keys", "delayLevel"}
 # The source's other columns: accepted, not sent.
 IGNORED = {"queueId", "queueOffset", "bornTimestamp", "storeTimestamp", "bornHost",
-           "storeHost"}
+           "storeHost", "queueTopic"}
 DELAY_LEVELS = "int (-1: straight to the dead-letter topic, 0 or null: the broker's choice, 1-18)"
 
 

@@ -10,13 +10,14 @@ the session time zone), every field nullable, in schema order; the properties ma
 
 This runs in Spark executors at millions of rows per second, so nothing here makes a Python
 object per row: most output columns are the decoder's arrays as they are (zero copy), the
-timestamps are one vectorised multiply, ``brokerName`` is a constant array cut from a cached
-one, and the properties map is parsed with pyarrow.compute and numpy over the text buffers.
+timestamps are one vectorised multiply, ``brokerName`` and ``queueTopic`` are constant arrays
+cut from cached ones, and the properties map is parsed with pyarrow.compute and numpy over
+the text buffers.
 """
 from __future__ import annotations
 
 import threading
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 from typing import TYPE_CHECKING
 
@@ -24,7 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, TimestampType
 
-from .schema import _COLUMNS, PROPERTIES, spark_schema  # noqa: F401 (spark_schema re-exported)
+from .schema import (  # noqa: F401 (spark_schema re-exported)
+    _COLUMNS, BROKER_NAME, PROPERTIES, QUEUE_TOPIC, spark_schema,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -65,7 +68,7 @@ def empty_spark_batch(include_properties: bool = False) -> pa.RecordBatch:
 
 
 # --------------------------------------------------------------------------------------------
-# Constant brokerName column
+# Constant brokerName and queueTopic columns
 
 _CONSTANTS: Dict[str, pa.Array] = {}
 _CONSTANTS_LOCK = threading.Lock()
@@ -75,7 +78,8 @@ _CONSTANT_MIN_ROWS = 1 << 16
 def _constant_string(value: str, n: int) -> pa.Array:
     """``n`` copies of ``value`` as a plain string array, sliced from a cached one.
 
-    An executor reads a handful of brokers, so caching one array per name (grown by doubling)
+    An executor reads a handful of brokers and topics, so caching one array per name (grown by
+    doubling)
     makes this free after the first batch; a slice from offset 0 is written to Arrow IPC as
     just its ``n`` rows."""
     cached = _CONSTANTS.get(value)
@@ -216,17 +220,24 @@ def _resolve_duplicates(parents: np.ndarray, codes: np.ndarray, distinct: int
 
 
 def to_spark_batch(columns: pa.RecordBatch, broker_name: str,
-                   include_properties: bool = False) -> pa.RecordBatch:
+                   include_properties: bool = False, queue_topic: Optional[str] = None
+                   ) -> pa.RecordBatch:
     """One decoded batch (:data:`rocketmq_spark.client.protocol.pull_decode.SCHEMA`) as the batch
-    Spark accepts for :func:`spark_schema`; ``broker_name`` fills the constant ``brokerName``.
+    Spark accepts for :func:`spark_schema`; ``broker_name`` and ``queue_topic`` (the queue's
+    topic; by default the first row's ``topic``, right for any queue but a retry queue) fill
+    the constant ``brokerName`` and ``queueTopic``.
 
-    Every column but the timestamps, ``brokerName`` and ``properties`` is the decoder's own
+    Every column but the timestamps, the constants and ``properties`` is the decoder's own
     array (no copy)."""
     n = columns.num_rows
+    if queue_topic is None:
+        queue_topic = columns.column("topic")[0].as_py() if n else ""
     out = []
     for name, _, source in _COLUMNS:
-        if source is None:
+        if source == BROKER_NAME:
             out.append(_constant_string(broker_name, n))
+        elif source == QUEUE_TOPIC:
+            out.append(_constant_string(queue_topic, n))
         elif name.endswith("Timestamp"):
             out.append(_timestamps(columns.column(source)))
         else:

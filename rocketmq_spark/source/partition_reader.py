@@ -37,6 +37,7 @@ def read_partition(options: SourceOptions, partition: RocketMQPartition
     for piece in partition.slices:
         hint = piece.address
         retried = options.reads_retry_topic and piece.queue.topic == options.retry_topic
+        queue_topic = unwrap(piece.queue.topic, options.namespace)  # as `topic` is named
 
         def resolve(mq: MessageQueue, broker_id: int, refresh: bool) -> str:
             if hint and broker_id == 0 and not refresh:
@@ -49,7 +50,8 @@ def read_partition(options: SourceOptions, partition: RocketMQPartition
         for batch in reader:
             if retried:
                 batch = with_original_topics(batch)
-            out = to_spark_batch(batch, piece.broker_name, options.include_properties)
+            out = to_spark_batch(batch, piece.broker_name, options.include_properties,
+                                 queue_topic)
             yield topics_without_namespace(out, options.namespace) if options.namespace else out
         if reader.lost_ranges:
             log.warning("skipped %d lost messages of %s in [%d, %d): %s "

@@ -5,10 +5,13 @@ from __future__ import annotations
 from pyspark.sql.types import (BinaryType, IntegerType, LongType, MapType, StringType,
                                StructField, StructType, TimestampType)
 
-# Output columns: (Spark name, Spark type, source column in columns.SCHEMA or None).
+# Constant columns, the same for every row of a queue: filled from the queue read, not decoded.
+BROKER_NAME, QUEUE_TOPIC = "(the queue's broker)", "(the queue's topic)"
+
+# Output columns: (Spark name, Spark type, source column in columns.SCHEMA or a constant).
 _COLUMNS = (
     ("topic", StringType(), "topic"),
-    ("brokerName", StringType(), None),
+    ("brokerName", StringType(), BROKER_NAME),
     ("queueId", IntegerType(), "queue_id"),
     ("queueOffset", LongType(), "queue_offset"),
     ("body", BinaryType(), "body"),
@@ -23,6 +26,10 @@ _COLUMNS = (
     # the message's place in its broker's commit log (Java's MessageExt.commitLogOffset):
     # what CONSUMER_SEND_MSG_BACK names a message by, for the sink's sendBack
     ("commitLogOffset", LongType(), "physical_offset"),
+    # the topic of the queue read: ``topic`` unless the row came from a group's retry queue,
+    # where ``topic`` is the message's original topic and this ``%RETRY%<group>``; with
+    # brokerName, queueId and queueOffset it names the row's real position
+    ("queueTopic", StringType(), QUEUE_TOPIC),
 )
 PROPERTIES = "properties"
 
