@@ -89,9 +89,12 @@ def bench_reference_stream(spark, args, tmp: str, sink: str = "noop") -> dict:
 
 
 def _offsets(value) -> Dict[str, int]:
+    """The queue offsets of a progress's start or end offset (any version of its shape)."""
+    from rocketmq_spark.source.offsets import queue_offsets
+
     if value is None:
         return {}
-    return json.loads(value) if isinstance(value, str) else dict(value)
+    return queue_offsets(json.loads(value) if isinstance(value, str) else dict(value))
 
 
 def commit_times(progresses: List[dict], sends: Dict[int, tuple]) -> Dict[int, float]:

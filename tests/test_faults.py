@@ -30,6 +30,7 @@ from waiting import wait_until
 from rocketmq_spark.client import Message, Producer
 from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
+from rocketmq_spark.source.offsets import queue_offsets
 
 PIPELINE = Path(__file__).resolve().parent / "fault_pipeline.py"
 LOCAL_CLUSTER = "local-cluster[2,1,1024]"
@@ -144,7 +145,7 @@ def committed_batches(checkpoint: Path) -> Dict[int, dict]:
     out = {}
     for path in (checkpoint / "offsets").iterdir():
         if path.name.isdigit() and (checkpoint / "commits" / path.name).exists():
-            out[int(path.name)] = json.loads(path.read_text().splitlines()[-1])
+            out[int(path.name)] = queue_offsets(json.loads(path.read_text().splitlines()[-1]))
     return out
 
 
@@ -340,10 +341,10 @@ def test_retention_past_the_checkpoint(spark, cluster, tmp_path, fail_on_data_lo
                              for i in range(start, min(start + 100, N))])
     with Admin(cluster.namesrv_addr) as admin:
         queue = admin.queues(TOPICS[0], refresh=True)[0]
-        checkpoint_end = json.loads(sorted(
+        checkpoint_end = queue_offsets(json.loads(sorted(
             (tmp_path / "cp-file" / "offsets").iterdir(),
             key=lambda p: int(p.name) if p.name.isdigit() else -1)[-1].read_text()
-            .splitlines()[-1])[queue.key]
+            .splitlines()[-1]))[queue.key]
     cluster.truncate(queue.topic, queue.broker_name, queue.queue_id, checkpoint_end + 50)
     pipeline.start(mode="drain")
     if fail_on_data_loss:

@@ -24,6 +24,7 @@ from group_helpers import (
 )
 from rocketmq_spark.client.protocol.route import MessageQueue
 from rocketmq_spark.source.allocation import allocate_all
+from rocketmq_spark.source.offsets import queue_offsets
 from waiting import wait_until
 
 APP = Path(__file__).resolve().parent / "group_member_app.py"
@@ -50,7 +51,7 @@ class MemberApp(AppProcess):
 
 def checkpoint_batches(cp: Path) -> Tuple[Dict[int, dict], set]:
     """(end offsets by batch id from the offset log, ids in the commit log)."""
-    ends = {int(p.name): json.loads(p.read_text().splitlines()[-1])
+    ends = {int(p.name): queue_offsets(json.loads(p.read_text().splitlines()[-1]))
             for p in (cp / "offsets").iterdir() if p.name.isdigit()}
     done = {int(p.name) for p in (cp / "commits").iterdir() if p.name.isdigit()}
     return ends, done

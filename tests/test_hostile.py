@@ -15,6 +15,7 @@ from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.client.errors import MessageDecodeError
 from rocketmq_spark.client.protocol import pull_decode
 from rocketmq_spark.embedded.cluster import EmbeddedCluster
+from rocketmq_spark.source.offsets import queue_offsets
 from source_helpers import committed, ids_of, reader, run_available_now
 
 BAD = 70  # the damaged message's offset in the reader tests
@@ -112,7 +113,7 @@ def _committed_batches(checkpoint: Path) -> dict:
     for f in commits.iterdir() if commits.is_dir() else []:
         if f.name.isdigit():
             lines = (checkpoint / "offsets" / f.name).read_text().splitlines()
-            out[int(f.name)] = json.loads(lines[-1])
+            out[int(f.name)] = queue_offsets(json.loads(lines[-1]))
     return out
 
 

@@ -98,7 +98,8 @@ def test_split_covers_each_range_exactly(spec, min_partitions):
 def test_offsets_are_canonical_json():
     positions = {B0: 3, A1: 2, A0: 1}
     offset = to_offset(positions)
-    assert json.dumps(offset) == '{"T/broker-a/0": 1, "T/broker-a/1": 2, "T/broker-b/0": 3}'
+    assert json.dumps(offset) == ('{"version": 2, "queues": {"T/broker-a/0": 1, '
+                                  '"T/broker-a/1": 2, "T/broker-b/0": 3}}')
     assert from_offset(json.loads(json.dumps(offset))) == positions
     for bad in ({"T/broker-a/x": 1}, {"T/broker-a/0": -1}, {"T/broker-a/0": "1"},
                 {"nokey": 1}):

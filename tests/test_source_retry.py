@@ -24,6 +24,7 @@ import pytest
 
 from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.client.send_back import send_message_back
+from rocketmq_spark.source.offsets import queue_offsets
 from source_helpers import run_available_now
 from waiting import wait_until
 
@@ -129,9 +130,9 @@ def test_a_member_reads_the_retry_queues_filled_before_it_joined(spark, retry_cl
         tuple(left[r["keys"]][c] for c in position) for r in rows}
     assert {r["queueTopic"] for r in rows} == {retry}
     assert all(r["queueTopic"] == r["topic"] == retry for r in left.values())
-    offsets = [json.loads(line) for f in sorted((tmp_path / "cp" / "offsets").glob("[0-9]*"),
-                                                key=lambda f: int(f.name))
-               for line in f.read_text().splitlines()[1:] if line.startswith("{")]
+    offsets = [queue_offsets(json.loads(f.read_text().splitlines()[-1]))
+               for f in sorted((tmp_path / "cp" / "offsets").glob("[0-9]*"),
+                               key=lambda f: int(f.name))]
     ends = queue_totals(cluster.namesrv_addr, retry, "max")
     assert {k: v for k, v in offsets[-1].items() if k.startswith(retry)} == {
         mq.key: v for mq, v in ends.items()}

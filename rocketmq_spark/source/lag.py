@@ -37,6 +37,7 @@ from ..client.protocol.route import MessageQueue
 from ..options import namespace_option, parse_connection_settings
 from ..spark_compat import REPORTS_LATEST_OFFSET
 from .namespacing import queue_key_without_namespace
+from .offsets import queue_offsets
 
 log = logging.getLogger(__name__)
 
@@ -207,13 +208,13 @@ class RocketMQLagListener(StreamingQueryListener):
     # ------------------------------------------------------------------ internals
 
     def _report(self, progress, index: int, source) -> Optional[LagReport]:
-        latest, end = _json(source.latestOffset), _json(source.endOffset)
-        if self._reads_latest_from_broker() and isinstance(end, dict):
-            latest = self._max_offsets([k for k in end if _is_queue(k)])
-        if not isinstance(latest, dict) or not isinstance(end, dict):
+        latest, end = _queues(source.latestOffset), _queues(source.endOffset)
+        if self._reads_latest_from_broker() and end is not None:
+            latest = self._max_offsets(list(end))
+        if latest is None or end is None:
             return None  # not a rocketmq source, or no latest offset reported yet
         behind = offsets_behind(latest, end)
-        if not behind and not any(_is_queue(k) for k in end):
+        if not behind and not end:
             return None
         stored = self._store_times({k: int(end[k]) for k, n in behind.items() if n > 0}) \
             if self._time_lag else {}
@@ -279,6 +280,18 @@ class RocketMQLagListener(StreamingQueryListener):
 
 def _major_minor(version: str) -> Tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+
+
+def _queues(text: Optional[str]) -> Optional[Dict[str, int]]:
+    """The queue offsets of a progress's offset text, of any version of the source's shape
+    (None: not a rocketmq source's offset, or none given)."""
+    offset = _json(text)
+    if not isinstance(offset, dict):
+        return None
+    try:
+        return queue_offsets(offset)
+    except ValueError:
+        return None
 
 
 def _json(text: Optional[str]):

@@ -28,6 +28,7 @@ from ..options import (
 )
 from .allocation import MACHINE_ROOM, STRATEGIES
 from .namespacing import wire_names
+from .offsets import queue_offsets
 
 log = logging.getLogger(__name__)
 
@@ -142,12 +143,20 @@ def _queue(name: str, topic: str, key: str) -> MessageQueue:
 
 
 def parse_queue_values(name: str, value: str, allow_modes: bool) -> Dict[MessageQueue, int]:
-    """``{"T": {"broker-a/0": 5}}`` or the flat checkpoint form ``{"T/broker-a/0": 5}``.
+    """``{"T": {"broker-a/0": 5}}``, the flat form ``{"T/broker-a/0": 5}``, or an offset as
+    the checkpoint and the progress's ``endOffset`` give it (``{"version": 2, "queues": ...}``).
 
     With ``allow_modes``, -2 means earliest and -1 latest (as in Spark's Kafka source)."""
     obj = _json(name, value)
     if not isinstance(obj, dict) or not obj:
         raise OptionError(f"option {name} must be a non-empty JSON object of queues")
+    if isinstance(obj.get("version"), int) and not isinstance(obj["version"], bool):
+        try:
+            obj = queue_offsets(obj)  # a checkpoint's offset: its queues, as the flat form
+        except ValueError as exc:
+            raise OptionError(f"option {name}: {exc}") from None
+        if not obj:
+            raise OptionError(f"option {name}: the offset names no queue")
     out: Dict[MessageQueue, int] = {}
 
     def put(mq: MessageQueue, number) -> None:

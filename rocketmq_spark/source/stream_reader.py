@@ -27,7 +27,7 @@ limit, and runs Trigger.AvailableNow as a single micro-batch. :class:`LegacyStre
 keeps the start itself (the end of the last batch Spark planned, which ``partitions`` sees,
 restarts included: Spark announces a checkpoint's last offset as ``partitions(end, end)``),
 applies ``maxMessagesPerTrigger`` itself, and reads a queue in the batch it enters, batch 0
-included, from the position recorded in that batch's end offset (:func:`.offsets.with_entries`),
+included, from the position recorded in that batch's end offset (``entering``, :mod:`.offsets`),
 so that a single-batch AvailableNow run reads what was there when it started.
 """
 from __future__ import annotations
@@ -47,7 +47,7 @@ from .connect import client_config, shared_admin
 from .filter_check import check_brokers_filter
 from .membership import GroupMember, member_client_id
 from .offset_reader import OffsetReader
-from .offsets import UNRESOLVED, entries_of, from_offset, to_offset, with_entries
+from .offsets import UNRESOLVED, entries_of, from_offset, is_unresolved, to_offset
 from .options import Bound, SourceOptions
 from .partitions import RocketMQPartition, to_partitions
 from .planning import next_end, pack, ranges
@@ -150,7 +150,7 @@ class _StreamReader(DataSourceStreamReader):
             return self._member_latest(runner, start, max_rows, read_entering)
         offsets = runner.offsets
         discovery = offsets.discover()
-        if start == UNRESOLVED:
+        if is_unresolved(start):
             entering = offsets.resolve(self.options.starting, discovery.queues)
             if not read_entering:
                 return to_offset(entering)
@@ -176,7 +176,7 @@ class _StreamReader(DataSourceStreamReader):
 
     def partitions(self, start: dict, end: dict) -> List[InputPartition]:
         runner = self.runner
-        if start == end and runner.answered_blind and start != UNRESOLVED:
+        if start == end and runner.answered_blind and not is_unresolved(start):
             raise RuntimeError(
                 f"Spark {spark_compat.SPARK_VERSION} asked the rocketmq source for its latest "
                 "offset before telling it where the checkpoint stands, as its Trigger."
@@ -187,7 +187,7 @@ class _StreamReader(DataSourceStreamReader):
                 "available when it starts.")
         runner.planned_end = end
         entering = entries_of(end)
-        if start == UNRESOLVED and not entering:
+        if is_unresolved(start) and not entering:
             return []  # batch 0 only pins the starting position
         begin, finish = from_offset(start), from_offset(end)
         for mq, offset in entering.items():
@@ -207,7 +207,7 @@ class _StreamReader(DataSourceStreamReader):
         return read_partition(self.options, partition)
 
     def commit(self, end: dict) -> None:
-        if end == UNRESOLVED:
+        if is_unresolved(end):
             return
         if self.runner.member is not None:
             self.runner.member.commit(from_offset(end))
@@ -239,7 +239,7 @@ class _StreamReader(DataSourceStreamReader):
         if member.left:
             return start  # an AvailableNow run that finished: nothing more to plan
         current = from_offset(start)
-        share = member.apply_allocation(current, runner.allowed, first=start == UNRESOLVED)
+        share = member.apply_allocation(current, runner.allowed, first=is_unresolved(start))
         owned = set(share.kept) | set(share.entering)
         discovery = runner.offsets.discover()
         routed = [mq for mq in discovery.queues if mq in owned]
@@ -345,7 +345,16 @@ def _end_reading_entering(kept: Dict[MessageQueue, int], entering: Dict[MessageQ
             latest[mq] = max(latest[mq], offset)
     end = next_end({**kept, **entering}, routed, why_missing, latest, {}, fail_on_data_loss,
                    max_rows)
-    return with_entries(to_offset(end), entering)
+    return to_offset(end, entering)
+
+
+def _unless_unchanged(start: dict, end: dict) -> dict:
+    """``start`` itself when ``end`` moves no queue: the very text Spark holds, so no empty
+    batch, also when ``start`` is in an earlier release's offset shape."""
+    if not is_unresolved(start) and from_offset(end) == from_offset(start) \
+            and not entries_of(end):
+        return start
+    return end
 
 
 class LegacyStreamReader(_StreamReader):
@@ -359,10 +368,7 @@ class LegacyStreamReader(_StreamReader):
             runner.answered_blind = True
             start = dict(UNRESOLVED)
         end = self._plan(start, self.options.max_messages_per_trigger, read_entering=True)
-        if start != UNRESOLVED and from_offset(end) == from_offset(start) \
-                and not entries_of(end):
-            return start  # nothing new: the very text Spark holds, so no empty batch
-        return end
+        return _unless_unchanged(start, end)
 
 
 if spark_compat.ADMISSION_CONTROL and spark_compat.TRIGGER_AVAILABLE_NOW:
@@ -395,7 +401,7 @@ if spark_compat.ADMISSION_CONTROL and spark_compat.TRIGGER_AVAILABLE_NOW:
 
         def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
             max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-            return self._plan(start, max_rows, read_entering=False)
+            return _unless_unchanged(start, self._plan(start, max_rows, read_entering=False))
 
     RocketMQStreamReader: type = AdmissionControlStreamReader
 else:
