@@ -141,9 +141,14 @@ class CommitLog:
                      else self.store.location.uri)
         self.retain = retain
         self._cache: Dict[int, BatchRecord] = {}
+        # Batches above this are known not to be recorded (the writer's run recorded up to
+        # it when it started): :meth:`committed` need not read for them.
+        self.absent_above: Optional[int] = None
 
     def committed(self, batch_id: int) -> Optional[BatchRecord]:
         record = self._cache.get(batch_id)
+        if record is None and self.absent_above is not None and batch_id > self.absent_above:
+            return None
         if record is None:
             data = self.store.read(f"committed/{batch_id}.json")
             if data is None:

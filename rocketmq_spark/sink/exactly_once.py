@@ -210,6 +210,7 @@ def driver_jvm_pid() -> Optional[int]:
 RESPONDER_LEASE = "responder.lease"
 # A responder started by this process recently may still be taking its lease.
 _started: Dict[str, float] = {}
+_seen_held: Dict[str, float] = {}
 
 
 def responder_log_dir(commit_log: CommitLog) -> str:
@@ -235,7 +236,10 @@ def ensure_responder(commit_log: CommitLog, raw_options: Mapping[str, str], grou
     key)."""
     if time.monotonic() - _started.get(commit_log.root, -1e9) < 2 * LEASE_TTL_S:
         return
+    if time.monotonic() - _seen_held.get(commit_log.root, -1e9) < LEASE_TTL_S / 2:
+        return  # seen held a moment ago: no read of the lease every micro-batch
     if lease_looks_held(commit_log.store, RESPONDER_LEASE):
+        _seen_held[commit_log.root] = time.monotonic()
         return  # running
     _started[commit_log.root] = time.monotonic()
     config = {"root": commit_log.root, "options": dict(raw_options), "group": group,

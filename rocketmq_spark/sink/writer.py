@@ -196,6 +196,8 @@ class RocketMQStreamWriter(*stream_writer_bases()):
         self.query_name = query_name
         self.raw_options = dict(raw_options or {})
         self.observer = observer
+        # exactlyOnce: the highest batch recorded when this run started (set by stream_writer)
+        self.recorded_through: Optional[int] = None
         self.created_ms = now_ms()  # ids' time when Spark's offset log is out of reach
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
@@ -236,7 +238,9 @@ class RocketMQStreamWriter(*stream_writer_bases()):
             raise RuntimeError(f"the rocketmq sink cannot read the query id from "
                                f"{self.options.checkpoint_location}/metadata")
         group = self._group(query_id)
-        commit_log.touch()
+        # A batch above those recorded when this run started cannot be a replay: no read of
+        # the record for it (a round trip on an object store). Recording it notes activity.
+        commit_log.absent_above = self.recorded_through
         exactly_once.ensure_responder(commit_log, self.raw_options, group, query_id)
         _warn_limits()
         remoting = shared_producer(self.options).remoting
@@ -316,4 +320,7 @@ def stream_writer(raw: Mapping[str, str], schema: StructType, overwrite: bool,
         if commit_log.pending():
             remoting = shared_producer(options).remoting
             exactly_once.settle(commit_log, remoting, exactly_once.OpTopic(remoting))
+        writer = RocketMQStreamWriter(options, plan, query_name, raw, observer)
+        writer.recorded_through = max(commit_log.committed_ids(), default=-1)
+        return writer
     return RocketMQStreamWriter(options, plan, query_name, raw, observer)
