@@ -6,8 +6,9 @@ The driver-side store work of one micro-batch's commit, as ``RocketMQStreamWrite
 (``rocketmq_spark/sink/writer.py``): read the query id from Spark's ``metadata`` (local in
 both cases, as on this machine's Spark), check the responder's lease (at most every few
 seconds), look for the batch (skipped above the batches recorded at the run's start), write
-``committed/<b>.json`` with ``--handles`` half-message handles, write ``ended/<b>``, prune at
-every 16th batch. No broker: only the record, so the difference is the store's.
+``committed/<b>.json`` with ``--handles`` half-message handles, write ``ended/<b>`` (pruning
+old batches is the responder's, off the commit's path). No broker: only the record, so the
+difference is the store's.
 
 * local: the record on the local disk (temporary file, fsync, rename, fsync of the folder).
 * s3: the record on S3 through pyarrow's S3 client over HTTP to moto's standalone server on
@@ -103,7 +104,7 @@ def main() -> int:
           f"(median), ratio s3/local {statistics.median(s3) / statistics.median(local):.1f}")
     print(f"  S3 requests      : {per_batch:.2f} per batch "
           f"({', '.join(f'{k} {v / args.batches:.2f}' for k, v in sorted(kinds.items()))}; "
-          "the lease's renewals and the pruning past 200 batches included)")
+          "the lease's renewals included)")
     return 0
 
 

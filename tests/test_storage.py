@@ -163,6 +163,19 @@ def test_the_record_on_s3_round_trips_over_http(s3_server, tmp_path):
     assert not (tmp_path / "cp").exists(), "nothing of the record is on the local disk"
 
 
+def test_pruning_on_s3_keeps_the_newest_settled_batches(s3_server, tmp_path):
+    s3_server.create_bucket("rec-prune")
+    storage = StorageOptions.from_raw(s3_server.options(location="s3://rec-prune/r"))
+    log = CommitLog(open_record(str(tmp_path / "cp"), storage).store, retain=2)
+    for b in range(5):
+        log.record_commit(record(b))
+        if b != 1:
+            log.mark_ended(b)
+    assert log.prune() == 2  # 0 and 2; 1 is not settled, 3 and 4 are the newest
+    assert log.committed_ids() == [1, 3, 4] and log.ended_ids() == [3, 4]
+    assert log.pending() == [1] and log.prune() == 0
+
+
 def test_a_bucket_that_does_not_exist_is_named_and_nothing_is_written(s3_server, tmp_path):
     storage = StorageOptions.from_raw(s3_server.options(location="s3://no-such-bucket/rec"))
     before = s3_server.requests()

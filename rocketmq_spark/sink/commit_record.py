@@ -29,8 +29,6 @@ from ..storage.store import write_atomic
 
 __all__ = ["RECORD_DIR", "BatchRecord", "CommitLog", "open_record", "record_location_of",
            "record_root", "spark_checkpoint", "write_atomic"]
-# Prune old settled batches at every this many batches (two LISTs on an object store).
-PRUNE_EVERY = 16
 
 
 def record_location_of(checkpoint_location: Optional[str],
@@ -181,8 +179,6 @@ class CommitLog:
 
     def mark_ended(self, batch_id: int) -> None:
         self.store.write(f"ended/{batch_id}", json.dumps({"at": time.time()}).encode())
-        if batch_id % PRUNE_EVERY == 0:
-            self._prune()
 
     def pending(self) -> List[int]:
         """Batches recorded as committed whose END_TRANSACTIONs were not marked sent."""
@@ -217,16 +213,21 @@ class CommitLog:
                 times.extend(e.mtime for e in self.store.list("") if e.name == "active")
         return max(times, default=0.0)
 
-    def _prune(self) -> None:
+    def prune(self) -> int:
         """Drop the handles of old settled batches (a broker stops asking about a half
-        message after transactionCheckMax checks); keep the newest ``retain``."""
+        message after transactionCheckMax checks); keep the newest ``retain``. The
+        check-back responder does it now and then, off the commit's path (on an object store
+        each delete is a few requests). Returns how many batches were dropped."""
         ids = self.committed_ids()
         if len(ids) <= self.retain:
-            return
+            return 0
         ended = set(self.ended_ids())
+        dropped = 0
         for b in ids[:-self.retain]:
             if b not in ended:
                 continue
             self.store.delete(f"committed/{b}.json")
             self.store.delete(f"ended/{b}")
             self._cache.pop(b, None)
+            dropped += 1
+        return dropped

@@ -73,6 +73,20 @@ def main() -> int:
     return 0
 
 
+def _prune(commit_log: CommitLog, lease: Lease) -> None:
+    """Drop old settled batches from the record (off the commit's path), while holding the
+    lease (one pruner per query)."""
+    if not lease.held():
+        return
+    try:
+        dropped = commit_log.prune()
+    except Exception as exc:  # the store is down: next time
+        log.warning("pruning the record failed: %s", exc)
+        return
+    if dropped:
+        log.info("pruned %d settled batches from the record", dropped)
+
+
 def _answer_while_needed(config: dict, commit_log: CommitLog, lease: Lease) -> None:
     """Answer check-backs until the driver JVM is gone, the query stays idle too long or the
     lease is lost."""
@@ -109,6 +123,7 @@ def _answer_while_needed(config: dict, commit_log: CommitLog, lease: Lease) -> N
                 break
             if time.monotonic() - last_idle_check > min(30.0, idle_limit / 2):
                 last_idle_check = time.monotonic()
+                _prune(commit_log, lease)
                 if time.time() - commit_log.last_active() > idle_limit:
                     log.info("no commit for %.0f s: nothing left for the brokers to ask",
                              idle_limit)
