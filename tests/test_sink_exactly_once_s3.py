@@ -9,10 +9,13 @@ On a cluster whose ``checkpointLocation`` is ``s3a://b/p``, the record goes to
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from rocketmq_spark.sink.commit_record import open_record
-from rocketmq_spark.storage import StorageOptions
+from rocketmq_spark.sink.commit_record import open_record, spark_checkpoint
+from rocketmq_spark.sink.exactly_once import responder_log_dir
+from rocketmq_spark.storage import StorageOptions, spark_log
 from s3_server import s3_server_fixture  # noqa: F401 (the fixture s3_server)
 from source_helpers import produce
 
@@ -63,6 +66,13 @@ def test_exactly_once_with_the_record_on_s3_through_a_restart(spark, embedded_cl
     assert "q1/rocketmq-sink/responder.lease" in keys
     log = open_record(str(checkpoint), StorageOptions.from_raw(options))
     assert log.pending() == [] and log.committed_ids() == sorted(log.committed_ids())
+    spark_cp = spark_checkpoint(str(checkpoint), StorageOptions.from_raw(options))
+    assert spark_log.committed_batches(spark_cp) == log.committed_ids(), \
+        "Spark's commit log (read through the storage layer) and the record disagree"
+    assert spark_log.query_id(spark_cp) == log.committed(log.committed_ids()[-1]).query_id
+    responder_log = Path(responder_log_dir(log)) / "responder.log"
+    assert "answering check-backs" in responder_log.read_text()
+    assert s3_server.secret_key not in responder_log.read_text()
     assert not (checkpoint / "rocketmq-sink").exists(), "the record went to the local disk"
     text = _files_text(checkpoint)
     assert s3_server.secret_key not in text and s3_server.access_key not in text
