@@ -6,6 +6,7 @@ Read from the source with ``ast`` (nothing is imported, so this is fast and sees
 * ``client/`` imports nothing of Spark, of ``source/``, ``sink/``, ``embedded/`` or the package
   root: it could be published on its own;
 * ``source/`` and ``sink/`` do not import each other;
+* ``storage/`` (what is kept under a checkpoint, for both) imports nothing above it;
 * nothing shipped imports ``embedded/`` (the test server) except ``demo.py``;
 * the modules of ``embedded/`` import one another without a cycle (broker -> handlers and
   services -> records -> store).
@@ -86,6 +87,16 @@ def test_client_imports_nothing_above_it():
         return (dep == PACKAGE or dep.split(".")[0] == "pyspark"
                 or (dep.startswith(PACKAGE + ".") and not _under(dep, "client")))
     assert _offenders("client", above) == []
+
+
+def test_storage_imports_nothing_above_it():
+    """The checkpoint storage layer serves source/ and sink/: it imports neither, nor Spark,
+    nor the rest of the package."""
+    def above(dep: str) -> bool:
+        return (dep == PACKAGE or dep.split(".")[0] == "pyspark"
+                or (dep.startswith(PACKAGE + ".") and not _under(dep, "storage")))
+    assert f"{PACKAGE}.storage.lease" in GRAPH
+    assert _offenders("storage", above) == []
 
 
 @pytest.mark.parametrize("room, other", [("source", "sink"), ("sink", "source")])
