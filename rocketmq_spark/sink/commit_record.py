@@ -213,11 +213,12 @@ class CommitLog:
                 times.extend(e.mtime for e in self.store.list("") if e.name == "active")
         return max(times, default=0.0)
 
-    def prune(self) -> int:
+    def prune(self, limit: Optional[int] = None) -> int:
         """Drop the handles of old settled batches (a broker stops asking about a half
         message after transactionCheckMax checks); keep the newest ``retain``. The
         check-back responder does it now and then, off the commit's path (on an object store
-        each delete is a few requests). Returns how many batches were dropped."""
+        each delete is a few requests), at most ``limit`` batches a call. Returns how many
+        batches were dropped."""
         ids = self.committed_ids()
         if len(ids) <= self.retain:
             return 0
@@ -226,6 +227,8 @@ class CommitLog:
         for b in ids[:-self.retain]:
             if b not in ended:
                 continue
+            if limit is not None and dropped >= limit:
+                break
             self.store.delete(f"committed/{b}.json")
             self.store.delete(f"ended/{b}")
             self._cache.pop(b, None)

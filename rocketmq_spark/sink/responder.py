@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 import time
 
 import psutil
@@ -33,6 +34,7 @@ from .options import parse_sink_options
 log = logging.getLogger("rocketmq_spark.sink.responder")
 IDLE_LIMIT_S = 20 * 60.0
 LOCK_WAIT_S = 30.0
+PRUNE_LIMIT = 32  # batches dropped per pass (a few requests each on an object store)
 
 
 def _alive(pid: int) -> bool:
@@ -66,11 +68,27 @@ def main() -> int:
     if not lease.acquire(LOCK_WAIT_S, still_wanted=lambda: _alive(jvm)):
         log.info("another responder holds %s: leaving", RESPONDER_LEASE)
         return 0
+    lost = threading.Event()
+    stop = threading.Event()
+    keeper = threading.Thread(target=_keep_lease, args=(lease, lost, stop), daemon=True,
+                              name="responder-lease")
+    keeper.start()
     try:
-        _answer_while_needed(config, commit_log, lease)
+        _answer_while_needed(config, commit_log, lease, lost)
     finally:
+        stop.set()
+        keeper.join(10)
         lease.release()
     return 0
+
+
+def _keep_lease(lease: Lease, lost: threading.Event, stop: threading.Event) -> None:
+    """Renew the lease on a thread of its own, so that nothing the main loop waits for (a
+    broker that does not answer, a slow listing) lets it lapse."""
+    while not stop.wait(0.25):
+        if lease.renew_due() and not lease.renew() or not lease.held():
+            lost.set()
+            return
 
 
 def _prune(commit_log: CommitLog, lease: Lease) -> None:
@@ -79,7 +97,7 @@ def _prune(commit_log: CommitLog, lease: Lease) -> None:
     if not lease.held():
         return
     try:
-        dropped = commit_log.prune()
+        dropped = commit_log.prune(limit=PRUNE_LIMIT)
     except Exception as exc:  # the store is down: next time
         log.warning("pruning the record failed: %s", exc)
         return
@@ -87,7 +105,8 @@ def _prune(commit_log: CommitLog, lease: Lease) -> None:
         log.info("pruned %d settled batches from the record", dropped)
 
 
-def _answer_while_needed(config: dict, commit_log: CommitLog, lease: Lease) -> None:
+def _answer_while_needed(config: dict, commit_log: CommitLog, lease: Lease,
+                         lost: threading.Event) -> None:
     """Answer check-backs until the driver JVM is gone, the query stays idle too long or the
     lease is lost."""
     jvm = int(config["jvmPid"])
@@ -117,7 +136,7 @@ def _answer_while_needed(config: dict, commit_log: CommitLog, lease: Lease) -> N
             if time.monotonic() - last_report > 60 and dict(responder.answered) != reported:
                 last_report, reported = time.monotonic(), dict(responder.answered)
                 log.info("check-backs answered so far: %s", reported)
-            if lease.renew_due() and not lease.renew() or not lease.held():
+            if lost.is_set():
                 log.warning("lost %s (another responder took it over): stopping",
                             RESPONDER_LEASE)
                 break
