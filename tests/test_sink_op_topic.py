@@ -188,3 +188,41 @@ def test_check_back_about_a_copy_of_a_settled_half_is_rolled_back(embedded_clust
                                                      "UNIQ_KEY": original.uniq_key}))
         later = time.time() + 2 * exactly_once.END_GRACE_SECONDS
         assert exactly_once.decide(log, QUERY, ops, copy, now=later) is Outcome.ROLLBACK
+
+
+def test_a_row_committed_by_check_back_is_committed_once(embedded_cluster_factory, unique_name,
+                                                         tmp_path):
+    """A row whose END_TRANSACTION was lost: the first check-back about it is answered COMMIT;
+    a 5.1 broker that asks about a newer copy before the op entry of that COMMIT is written
+    (up to 3 s later) gets UNKNOWN, then ROLLBACK once the entry shows. Answering COMMIT again
+    stored the row twice (seen in the 5.1 kill test)."""
+    cluster = embedded_cluster_factory(brokers=1, release="5.1", transaction_check_interval=600)
+    topic = unique_name("OpOnce")
+    cluster.create_topic(topic, 4)
+    summary = send_halves(cluster, topic, range(5), group="op-once")
+    record = record_of(summary, 4, "op-once")
+    log = exactly_once.CommitLog(str(tmp_path / "rocketmq-sink"))
+    log.record_commit(record)
+    log.mark_ended(4)  # its END_TRANSACTIONs "sent", none arrived
+    lost = record.handles[2]
+    broker = cluster.brokers[0]
+
+    def copy(offset: int) -> CheckRequest:
+        return CheckRequest(lost.address, offset, 5000 + offset, lost.uniq_key, lost.uniq_key,
+                            "", MessageExt(topic, 0, offset, b"", {
+                                QUERY_PROPERTY: QUERY, BATCH_PROPERTY: "4",
+                                TOKEN_PROPERTY: summary.token, "UNIQ_KEY": lost.uniq_key}))
+
+    later = time.time() + 2 * exactly_once.END_GRACE_SECONDS
+    with RemotingClient() as remoting:
+        ops = exactly_once.OpTopic(remoting)
+        assert exactly_once.decide(log, QUERY, ops, copy(900), now=later) is Outcome.COMMIT
+        assert exactly_once.decide(log, QUERY, ops, copy(901), now=later) is Outcome.UNKNOWN
+        cluster.append(OP_TOPIC, broker.name, 0, [b"17,900,18,"], tags="d")  # the batch lands
+        assert exactly_once.decide(log, QUERY, ops, copy(902), now=later) is Outcome.ROLLBACK
+        other = record.handles[3]  # another row is answered on its own
+        assert exactly_once.decide(log, QUERY, ops, CheckRequest(
+            other.address, 903, 9903, other.uniq_key, other.uniq_key, "", MessageExt(
+                topic, 0, 903, b"", {QUERY_PROPERTY: QUERY, BATCH_PROPERTY: "4",
+                                     TOKEN_PROPERTY: summary.token,
+                                     "UNIQ_KEY": other.uniq_key})), now=later) is Outcome.COMMIT

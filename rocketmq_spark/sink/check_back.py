@@ -2,7 +2,8 @@
 
 Every half message of an exactlyOnce write carries the query id, the micro-batch id and the
 write token of its task attempt (the properties below); :func:`decide` answers from the commit
-record (see :mod:`.exactly_once` for the whole protocol).
+record (see :mod:`.exactly_once` for the whole protocol), and COMMITs one copy of a row only
+once (a 5.1+ broker may ask about a newer copy before the op entry of that COMMIT is written).
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Optional
 
 from ..client.transaction import CheckRequest, Outcome
 from .commit_record import CommitLog
-from .op_topic import OpTopic
+from .op_topic import OP_WRITE_DELAY_S, OpTopic
 
 QUERY_PROPERTY = "SPARK_QUERY_ID"
 BATCH_PROPERTY = "SPARK_BATCH_ID"
@@ -53,4 +54,19 @@ def decide(commit_log: CommitLog, query_id: str, ops: OpTopic, request: CheckReq
     if original is None:
         return Outcome.UNKNOWN
     settled = ops.settled(original.address, record.op_start.get(original.address, 0))
-    return Outcome.ROLLBACK if original.queue_offset in settled else Outcome.COMMIT
+    if original.queue_offset in settled:
+        return Outcome.ROLLBACK
+    # Not settled by our END_TRANSACTION: COMMIT this copy, once. A 5.1+ broker writes the op
+    # entry of that COMMIT up to transactionOpBatchInterval later and may meanwhile ask about a
+    # newer copy: wait for the entry (UNKNOWN), then ROLLBACK; COMMIT again only if it never
+    # shows (the answer was lost).
+    answered = ops.commits_answered.get(request.uniq_key)
+    clock = time.monotonic()
+    if answered is not None:
+        copy_offset, at = answered
+        if copy_offset in settled:
+            return Outcome.ROLLBACK
+        if clock - at < 2 * OP_WRITE_DELAY_S:
+            return Outcome.UNKNOWN
+    ops.commits_answered[request.uniq_key] = (request.queue_offset, clock)
+    return Outcome.COMMIT

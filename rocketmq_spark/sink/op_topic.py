@@ -19,7 +19,7 @@ one, and a second COMMIT stores its row again.
 from __future__ import annotations
 
 import logging
-from typing import Dict, List, Set
+from typing import Dict, List, Set, Tuple
 
 from ..client.errors import ResponseError, RocketMQError
 from ..client.protocol.codes import ResponseCode
@@ -70,6 +70,9 @@ class OpTopic:
         from ..client.broker import BrokerClient
 
         self.brokers = BrokerClient(remoting)
+        # check-backs answered COMMIT: uniq key -> (the copy's half offset, when); a 5.1+
+        # broker may ask about a newer copy before that COMMIT's op entry is written
+        self.commits_answered: Dict[str, Tuple[int, float]] = {}
         self._seen: Dict[str, Set[int]] = {}
         self._from: Dict[str, int] = {}
         self._next: Dict[str, int] = {}
