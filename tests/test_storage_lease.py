@@ -116,3 +116,49 @@ def test_a_released_lease_is_taken_at_once_and_a_held_one_is_not(tmp_path):
     with pytest.raises(ValueError, match="ttl"):
         Lease(store, "l", ttl_s=1.0, settle_s=1.0, margin_s=1.0)
     assert StorageOptions().values == {}
+
+
+def test_the_real_responder_of_a_zombie_stops_when_its_restart_takes_over(
+        embedded_cluster_factory, tmp_path):
+    """Two check-back responder processes (python -m rocketmq_spark.sink.responder) of one
+    query: the second waits while the first holds the lease; the first frozen past the
+    lease's ttl, the second takes over and answers; the first, woken, stops without answering
+    (its lease thread finds the window closed)."""
+    from rocketmq_spark.sink.commit_record import CommitLog
+
+    cluster = embedded_cluster_factory(brokers=1)
+    log = CommitLog(str(tmp_path / "rocketmq-sink"))
+    log.touch()
+    config = json.dumps({"root": log.root, "options": {"nameServer": cluster.namesrv_addr},
+                         "group": "lease-group", "queryId": "q-lease", "jvmPid": os.getpid(),
+                         "idleLimitS": 600})
+    logs = [tmp_path / "r1.log", tmp_path / "r2.log"]
+    procs = []
+    try:
+        for out in logs:
+            with open(out, "wb") as err:
+                proc = subprocess.Popen([sys.executable, "-m", "rocketmq_spark.sink.responder"],
+                                        stdin=subprocess.PIPE, stderr=err)
+            proc.stdin.write(config.encode())
+            proc.stdin.close()
+            procs.append(proc)
+            if out == logs[0]:
+                wait_until(lambda: "answering check-backs" in logs[0].read_text(), 30,
+                           "the first responder to answer")
+        time.sleep(3)
+        assert "answering" not in logs[1].read_text(), "both answer"
+        os.kill(procs[0].pid, signal.SIGSTOP)
+        wait_until(lambda: "answering check-backs" in logs[1].read_text(), 40,
+                   "the second responder to take the lease over")
+        os.kill(procs[0].pid, signal.SIGCONT)
+        wait_until(lambda: procs[0].poll() is not None, 30, "the zombie responder to stop")
+        assert "lost responder.lease" in logs[0].read_text()
+        assert procs[1].poll() is None, "the restart's responder stopped too"
+    finally:
+        for p in procs:
+            try:
+                os.kill(p.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            p.kill()
+            p.wait()
