@@ -122,6 +122,14 @@ def test_options_pass_through_and_unknown_keys_are_named():
     assert "SKsecret9" not in str(info.value)
     with pytest.raises(StorageConfigError, match=r"anonymous must be true or false"):
         StorageOptions({"anonymous": "maybe"}).library_kwargs("s3", "s3")
+    from rocketmq_spark.sink.options import parse_sink_options
+
+    with pytest.raises(OptionError, match="checkpointStorage.region place the record of "
+                                          "deliveryGuarantee=exactlyOnce"):
+        parse_sink_options({"nameServer": "h:9876", "checkpointStorage.region": "eu"})
+    assert parse_sink_options({"nameServer": "h:9876", "deliveryGuarantee": "exactlyOnce",
+                               "checkpointStorage.region": "eu"}).checkpoint_storage.values \
+        == {"region": "eu"}
     with pytest.raises(OptionError, match="checkpointStorage.endpoint_override is not known"):
         open_record("/tmp/never-made-cp", StorageOptions({"endpoint": "h:1"}))
 

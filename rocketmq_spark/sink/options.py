@@ -177,5 +177,11 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
     check_send_back_options(given, kw)
     if given.get("checkpointlocation", "").strip():
         kw["checkpoint_location"] = given["checkpointlocation"].strip()
+    if storage.values and values.get("deliveryGuarantee") != EXACTLY_ONCE:
+        named = ", ".join("checkpointStorage." + k for k in sorted(storage.values))
+        raise OptionError(f"option(s) {named} place the record of "
+                          "deliveryGuarantee=exactlyOnce, which this sink does not keep "
+                          "(delivery is atLeastOnce): drop them or set "
+                          "deliveryGuarantee=exactlyOnce")
     kw["checkpoint_storage"] = storage
     return SinkOptions(**kw)
