@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from ..client.protocol.codes import PERM_READ, PERM_WRITE
+from .acl_permissions import AccountPermissions
 from .broker import Broker
 from .broker_handle import BrokerHandle
 from .cluster_faults import ClusterFaults
@@ -53,8 +54,9 @@ class EmbeddedCluster(ClusterFaults, ClusterSlaves):
     Use as a context manager (``with EmbeddedCluster(brokers=2) as c:``) or call ``start()`` and
     ``stop()``. Ports are free ones unless given. With ``data_dir`` the brokers keep their
     messages, topics and offsets there across restarts. ``acl`` maps access keys to secret keys
-    (brokers then reject unsigned or wrongly signed requests); ``tls`` is "enforcing" or
-    "permissive" (plain and TLS on one port), with a self-signed certificate unless
+    (brokers then reject unsigned or wrongly signed requests); ``acl_permissions`` gives some of
+    those accounts 4.9's topic and group permissions (:mod:`.acl_permissions`); ``tls`` is
+    "enforcing" or "permissive" (plain and TLS on one port), with a self-signed certificate unless
     ``tls_cert``/``tls_key`` are given. ``grpc_proxy=True`` adds a 5.x proxy endpoint
     (gRPC ``MessagingService``, :mod:`.grpc_proxy`) over the same stores at
     :attr:`proxy_endpoint`: TLS with the same (or a self-signed) certificate unless
@@ -72,8 +74,10 @@ class EmbeddedCluster(ClusterFaults, ClusterSlaves):
                  slaves: int = 0,
                  host: str = "127.0.0.1", namesrv_port: int = 0,
                  broker_ports: Optional[Sequence[int]] = None,
-                 acl: Optional[Mapping[str, str]] = None, tls: Optional[str] = None,
-                 tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
+                 acl: Optional[Mapping[str, str]] = None,
+                 acl_permissions: Optional[Mapping[str, Mapping[str, Any]]] = None,
+                 tls: Optional[str] = None, tls_cert: Optional[str] = None,
+                 tls_key: Optional[str] = None,
                  grpc_proxy: bool = False, grpc_proxy_tls: bool = True,
                  grpc_proxy_port: int = 0, proxy_remoting: bool = False,
                  proxy_remoting_port: int = 0, proxy_transaction_heartbeat: float = 20.0,
@@ -120,6 +124,11 @@ class EmbeddedCluster(ClusterFaults, ClusterSlaves):
                 port=broker_ports[i] if broker_ports else 0,
                 data_dir=self.data_dir / name if self.data_dir else None, acl=self.acl,
                 tls=self.tls_settings, faults=self.faults))
+        permissions = {ak: AccountPermissions.from_config(config)
+                       for ak, config in (acl_permissions or {}).items()}
+        if set(permissions) - set(self.acl or {}):
+            raise ValueError("acl_permissions names accounts acl does not: "
+                             f"{sorted(set(permissions) - set(self.acl or {}))}")
         self.brokers: List[BrokerHandle] = [BrokerHandle(self, b) for b in self._brokers]
         self._slaves: Dict[str, List[Broker]] = {
             master.name: [Broker(master.name, self.namesrv, self.options, host=host,
@@ -129,6 +138,8 @@ class EmbeddedCluster(ClusterFaults, ClusterSlaves):
                                  broker_id=i, master=master)
                           for i in range(1, slaves + 1)]
             for master in self._brokers}
+        for b in [*self._brokers, *(s for group in self._slaves.values() for s in group)]:
+            b.server.acl_permissions = permissions
         self._grpc_proxy = None
         if grpc_proxy:
             from .grpc_proxy import GrpcProxy  # grpcio is loaded only when asked for

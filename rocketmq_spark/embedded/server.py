@@ -28,6 +28,9 @@ from ..client.protocol.codes import FLAG_ONEWAY, SERVER_VERSION, ResponseCode
 from ..client.protocol.frame import (
     MAX_FRAME_BYTES, RemotingCommand, decode_payload, encode_frame_head,
 )
+from .acl_permissions import (
+    PERMISSION_FRAME, AccountPermissions, needed_permissions, permission_error,
+)
 from .faults import FaultInjector
 from .headers import HeaderError
 from .tls import TLS_HANDSHAKE_FIRST_BYTE, TlsSettings
@@ -223,6 +226,8 @@ class RemotingServer:
         self.port = port
         self.tls = tls
         self.acl = dict(acl) if acl else None
+        # accounts with topic and group permissions (:mod:`.acl_permissions`); others may do all
+        self.acl_permissions: Dict[str, AccountPermissions] = {}
         self.faults = faults or FaultInjector()
         self.version = version
         self.running = False
@@ -463,6 +468,10 @@ class RemotingServer:
             reason = f"No acl config for {access_key}"
         elif not client_acl.verify(fields, cmd.body, self.acl[access_key]):
             reason = f"Check signature failed for accessKey={access_key}"
+        elif access_key in self.acl_permissions:
+            reason = permission_error(self.acl_permissions[access_key],
+                                      needed_permissions(cmd.code, fields))
+            return None if reason is None else f"{ACL_EXCEPTION}: {reason}, {PERMISSION_FRAME}"
         else:
             return None
         return f"{ACL_EXCEPTION}: {reason}, {ACL_FRAME}"
