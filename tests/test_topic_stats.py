@@ -253,6 +253,44 @@ def test_the_proxy_remoting_port_refuses_it_and_lookups_fall_back(embedded_clust
     assert codes[STATS] == 2 and codes[MAX] == 24, json.dumps(codes)
 
 
+def test_max_offsets_are_asked_every_50_ms_while_messages_arrive_else_at_the_interval(
+        cluster, unique_name):
+    """The driver's cache (clock replaced): 250 ms (the default) while nothing arrives, 50 ms
+    for a second after a lookup that found a queue grown; each lookup is one table per
+    broker."""
+    from rocketmq_spark.source.offset_reader import ACTIVE_SECONDS, OffsetReader
+    from rocketmq_spark.source.options import parse_source_options
+
+    topic = unique_name("Hot")
+    cluster.create_topic(topic, queues=4)
+    options = parse_source_options({"nameServer": cluster.namesrv_addr, "subscribe": topic},
+                                   streaming=True)
+    assert options.offsets_refresh_interval_ms == 250
+    counted = count_brokers(cluster)
+    now = [100.0]
+
+    def lookups_after(seconds: float) -> int:
+        now[0] += seconds
+        reader.max_offsets(queues)
+        return sum(c.take()[STATS] for c in counted.values()) // 2  # one per broker
+
+    with Admin(cluster.namesrv_addr) as admin:
+        reader = OffsetReader(options, admin)
+        reader.clock = lambda: now[0]
+        queues = reader.discover().queues
+        assert lookups_after(0) == 1
+        assert [lookups_after(0.1), lookups_after(0.1), lookups_after(0.06)] == [0, 0, 1]
+        cluster.append(topic, "broker-a", 1, [b"x"])
+        assert lookups_after(0.1) == 0 and lookups_after(0.2) == 1  # idle: 250 ms
+        assert reader.max_offsets(queues)[MessageQueue(topic, "broker-a", 1)] == 1
+        cluster.append(topic, "broker-a", 1, [b"y"])
+        assert lookups_after(0.06) == 1  # it grew: 50 ms
+        assert reader.max_offsets(queues)[MessageQueue(topic, "broker-a", 1)] == 2
+        assert [lookups_after(0.03), lookups_after(0.03)] == [0, 1]
+        now[0] += ACTIVE_SECONDS
+        assert [lookups_after(0), lookups_after(0.1), lookups_after(0.2)] == [1, 0, 1]
+
+
 def test_a_stream_over_400_queues_is_exact_and_idles_on_one_table_per_broker(
         spark, cluster, unique_name, tmp_path):
     """A real stream (default options) over 2 x 200 queues reads every message exactly once,

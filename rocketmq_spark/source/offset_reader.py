@@ -4,9 +4,10 @@ Everything here talks to the name servers and brokers in bulk (every request of 
 sent before any answer is awaited), so planning stays fast with a thousand queues. Min and max
 offsets come from one GET_TOPIC_STATS_INFO per topic and broker where the broker serves it, else
 one request per queue (see :mod:`..client.topic_stats`). Max offsets are cached for
-``offsetsRefreshIntervalMs``: Spark asks for the latest offset about ninety times a second while
-a stream is idle, and the brokers should see a few requests a second, not ninety; a batch that
-ends looks them up afresh at once.
+``offsetsRefreshIntervalMs`` while a stream is idle: Spark asks for the latest offset about
+ninety times a second, and the brokers should see a few requests a second, not ninety. A batch
+that ends looks them up afresh at once, and while messages keep arriving the cache lasts
+50 ms at most, so a stream that is reading keeps its latency.
 """
 from __future__ import annotations
 
@@ -31,6 +32,11 @@ from .options import EARLIEST, LATEST, Bound, OptionError, SourceOptions
 log = logging.getLogger(__name__)
 
 ROUTE_REFRESH_SECONDS = 1.0
+# While messages keep arriving (a queue grew within ACTIVE_SECONDS), max offsets are looked up
+# every ACTIVE_REFRESH_SECONDS at most (or offsetsRefreshIntervalMs if shorter): a stream that
+# is reading keeps its latency; an idle one asks at offsetsRefreshIntervalMs.
+ACTIVE_SECONDS = 1.0
+ACTIVE_REFRESH_SECONDS = 0.05
 # Topics every RocketMQ cluster has, which a pattern must not pick up.
 SYSTEM_TOPICS = re.compile(r"^(%RETRY%|%DLQ%|%SYS%|rmq_sys_|RMQ_SYS_|SCHEDULE_TOPIC_XXXX$|"
                            r"TBW102$|BenchmarkTest$|OFFSET_MOVED_EVENT$|TRANS_CHECK_MAX_TIME_TOPIC$|"
@@ -65,6 +71,8 @@ class OffsetReader:
         self._max: Dict[MessageQueue, int] = {}
         self._max_at = 0.0
         self._max_took = 0.0
+        self._grew_at = float("-inf")  # when a lookup last found a queue grown
+        self.clock = time.monotonic  # tests may put another in its place
         self._unrouted: Set[str] = set()  # topics already warned about (once each)
         # the highest max offset seen of each queue, and the queues waiting for a slave that
         # trails it (see max_offsets)
@@ -177,19 +185,29 @@ class OffsetReader:
                         highest)
         return False
 
+    def refresh_interval(self) -> float:
+        """Seconds a cached max offset may be used: offsetsRefreshIntervalMs while idle, at
+        most ACTIVE_REFRESH_SECONDS while messages arrive; never less than five times as long
+        as the last lookup took (a thousand queues polled ninety times a second must not keep
+        the driver busy)."""
+        interval = self.options.offsets_refresh_interval_ms / 1e3
+        if self.clock() - self._grew_at < ACTIVE_SECONDS:
+            interval = min(interval, ACTIVE_REFRESH_SECONDS)
+        return max(interval, 5 * self._max_took)
+
     def max_offsets(self, queues: Iterable[MessageQueue], fresh: bool = False
                     ) -> Dict[MessageQueue, int]:
-        """Next offsets to be written, from a cache no older than offsetsRefreshIntervalMs
-        (or five times as long as the last lookup took, so a thousand queues polled ninety
-        times a second do not keep the driver busy). Queues whose broker cannot be reached
-        are missing from the result."""
+        """Next offsets to be written, from a cache no older than :meth:`refresh_interval`.
+        Queues whose broker cannot be reached are missing from the result."""
         queues = list(queues)
-        now = time.monotonic()
-        interval = max(self.options.offsets_refresh_interval_ms / 1e3, 5 * self._max_took)
-        if fresh or now - self._max_at >= interval or any(mq not in self._max for mq in queues):
-            self._max = self._lookup("max", queues)
-            self._max_at = time.monotonic()
+        now = self.clock()
+        if (fresh or now - self._max_at >= self.refresh_interval()
+                or any(mq not in self._max for mq in queues)):
+            before, self._max = self._max, self._lookup("max", queues)
+            self._max_at = self.clock()
             self._max_took = self._max_at - now
+            if any(offset > before.get(mq, offset) for mq, offset in self._max.items()):
+                self._grew_at = self._max_at
         return {mq: self._max[mq] for mq in queues if mq in self._max}
 
     def cached_max_offsets(self) -> Dict[MessageQueue, int]:
