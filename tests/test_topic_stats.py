@@ -140,6 +140,7 @@ def test_the_parser_reads_fastjson_object_keys_and_names_bad_bytes():
     rows = {(r.topic, r.broker_name, r.queue_id): (r.min_offset, r.max_offset)
             for r in parse_topic_stats(body)}
     assert rows == {("T", "b", 2): (4, 9), ("T", "b", 0): (0, 1)}
+    assert [r.last_update_timestamp for r in parse_topic_stats(body)] == [5, 0]
     with pytest.raises(ProtocolError, match=r"expected ':' \(at byte 59 "):
         parse_topic_stats(b'{"offsetTable":{{"brokerName":"b","queueId":2,"topic":"T"} {}}}')
     with pytest.raises(ProtocolError, match="no offsetTable"):

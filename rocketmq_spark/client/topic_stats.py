@@ -64,7 +64,6 @@ class TopicStatsLookups:
         self._clock = clock
         self._refused: Dict[str, float] = {}  # address -> when it refused
         self._lock = threading.Lock()
-        self.stats_requests = 0  # requests sent (for tests and benchmarks)
 
     def refuses(self, address: str) -> bool:
         """Whether ``address`` is asked one queue at a time for now."""
@@ -110,7 +109,6 @@ class TopicStatsLookups:
             try:
                 sent.append((address, topic, queues, self.brokers.remoting.send(
                     address, topic_stats_command(topic, broker_name))))
-                self.stats_requests += 1
             except RocketMQError as exc:
                 out.update((mq, exc) for mq in queues)
         # the per-queue requests go out before the tables are awaited
