@@ -5,7 +5,9 @@ with the sink's record on S3: moto's server on loopback, over S3's HTTP API.
 
 The same harness, by import: its pipeline runs with ``checkpointStorage.*`` options that put
 the record on S3 (Spark's own checkpoint stays local: pyspark ships no hadoop-aws jar), and
-the checks of the record read it from S3 through the storage layer.
+the checks of the record read it from S3 through the storage layer. On brokers behaving as
+4.9.8's (killed after the record, half-way through the END_TRANSACTIONs and after the commit)
+and as 5.1.4's (the harness's kill points for it).
 """
 from __future__ import annotations
 
@@ -67,17 +69,23 @@ def killed_by_hook_s3(cluster, pipeline, sink: str, point: str, batch: int) -> N
     assert kills.total(cluster, sink) <= through
 
 
-@pytest.mark.slow  # four Spark driver starts, 3-4 minutes on two cores, as the local variant
+# The harness's kill points per broker release, with a mid-END_TRANSACTION kill on 4.9 too.
+KILLS_S3 = {"4.9": [("after_record", 1), ("mid_end", 3), ("after_commit", 5)],
+            "5.1": kills.KILLS["5.1"]}
+
+
+@pytest.mark.slow  # four Spark driver starts, 3-8 minutes on two cores, as the local variant
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize("release", sorted(KILLS_S3))
 def test_exactly_once_through_three_driver_kills_with_the_record_on_s3(
-        embedded_cluster_factory, s3_server, tmp_path, monkeypatch):
-    s3_server.create_bucket("eo-kills")
-    options = s3_server.options(location="s3a://eo-kills/q/rocketmq-sink")
+        embedded_cluster_factory, s3_server, tmp_path, monkeypatch, release):
+    bucket = f"eo-kills-{release.replace('.', '-')}"
+    s3_server.create_bucket(bucket)
+    options = s3_server.options(location=f"s3a://{bucket}/q/rocketmq-sink")
     monkeypatch.setattr(kills, "Pipeline", s3_pipeline(options))
     monkeypatch.setattr(kills, "killed_by_hook", killed_by_hook_s3)
-    seen = kills.run_kills(kills.transactional_cluster(embedded_cluster_factory), tmp_path,
-                           5_000, 500, [("after_record", 1), ("mid_end", 3),
-                                        ("after_commit", 5)])
-    keys = s3_server.keys("eo-kills", "q/rocketmq-sink/")
+    seen = kills.run_kills(kills.transactional_cluster(embedded_cluster_factory, release),
+                           tmp_path, 5_000, 500, KILLS_S3[release])
+    keys = s3_server.keys(bucket, "q/rocketmq-sink/")
     assert [k for k in keys if "/kill-fired/" in k], "the kill hooks' markers are not on S3"
     assert seen["checks_sent"] > 0
