@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from rocketmq_spark.client.transaction import HalfHandle  # noqa: E402
+from rocketmq_spark.client.txn.transaction import HalfHandle  # noqa: E402
 from rocketmq_spark.sink.commit_record import BatchRecord, open_record, spark_checkpoint  # noqa: E402
 from rocketmq_spark.sink.exactly_once import RESPONDER_LEASE  # noqa: E402
 from rocketmq_spark.storage import Lease, StorageOptions, lease_looks_held, spark_log  # noqa: E402

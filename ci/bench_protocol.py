@@ -146,9 +146,9 @@ def our_loop_only(namesrv: str, topic: str, pull_batch_size: int, config: Client
     """(rows, msg/s, CPU seconds, pulls) of the native pull loop alone over every queue of
     ``topic``, one after another: requests, signatures, TLS, framing and headers, but the
     bodies are dropped (``clear()``) instead of decoded."""
-    from rocketmq_spark.client.native_pull import make_puller
-    from rocketmq_spark.client.native_pull_driver import PULL_RESPONSE, run_puller
-    from rocketmq_spark.client.pull import PullRequest
+    from rocketmq_spark.client.read.native_pull import make_puller
+    from rocketmq_spark.client.read.native_pull_driver import PULL_RESPONSE, run_puller
+    from rocketmq_spark.client.read.pull import PullRequest
 
     with Admin(namesrv, config=config) as admin:
         queues = admin.queues(topic)

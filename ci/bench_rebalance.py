@@ -46,8 +46,8 @@ from rocketmq_spark.client.admin import Admin  # noqa: E402
 from rocketmq_spark.client.broker import Subscription  # noqa: E402
 from rocketmq_spark.client.config import ClientConfig  # noqa: E402
 from rocketmq_spark.embedded.cluster import EmbeddedCluster  # noqa: E402
-from rocketmq_spark.source.allocation import STRATEGIES, allocate  # noqa: E402
-from rocketmq_spark.source.membership import GroupMember, member_client_id  # noqa: E402
+from rocketmq_spark.client.group.allocation import STRATEGIES, allocate  # noqa: E402
+from rocketmq_spark.client.group.membership import GroupMember, member_client_id  # noqa: E402
 
 
 def timed(fn: Callable[[], object], runs: int) -> Dict[str, float]:

@@ -83,7 +83,7 @@ from bench_sink_latency import bench_latency, print_latency  # noqa: E402
 
 from rocketmq_spark.client import Message, Producer  # noqa: E402
 from rocketmq_spark.client.admin import Admin  # noqa: E402
-from rocketmq_spark.client.send_pipeline import Outgoing  # noqa: E402
+from rocketmq_spark.client.send.pipeline import Outgoing  # noqa: E402
 
 TOPICS = {"ours": "BenchSink", "client": "BenchClient", "cpp": "BenchCpp",
           "ceiling": "BenchCeiling", "grpc": "BenchGrpcSink", "eo": "BenchSinkEo",

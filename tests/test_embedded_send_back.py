@@ -28,7 +28,7 @@ from rocketmq_spark.client.protocol.message import (
 )
 from rocketmq_spark.client.protocol.route import TopicRouteData
 from rocketmq_spark.client.remoting import RemotingClient
-from rocketmq_spark.client.send_back import send_back_command, send_message_back
+from rocketmq_spark.client.group.send_back import send_back_command, send_message_back
 from rocketmq_spark.embedded import EmbeddedCluster
 from raw_client import RawClient
 from waiting import wait_until

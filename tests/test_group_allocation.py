@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocketmq_spark.client.protocol.route import MessageQueue
-from rocketmq_spark.source.allocation import (
+from rocketmq_spark.client.group.allocation import (
     AVERAGELY, AVERAGELY_BY_CIRCLE, CONSISTENT_HASH, MACHINE_ROOM, HashRing, allocate,
     allocate_all, averagely, java_queue_text, java_sorted, strategy_function,
 )

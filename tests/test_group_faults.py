@@ -23,7 +23,7 @@ from group_helpers import (
     shares, sink_rows,
 )
 from rocketmq_spark.client.protocol.route import MessageQueue
-from rocketmq_spark.source.allocation import allocate_all
+from rocketmq_spark.client.group.allocation import allocate_all
 from rocketmq_spark.source.offsets import queue_offsets
 from waiting import wait_until
 

@@ -1,4 +1,4 @@
-"""The driver side of group membership (rocketmq_spark/source/membership.py) against the
+"""The driver side of group membership (rocketmq_spark/client/group/membership.py) against the
 embedded brokers over real sockets, without Spark: members agree on their shares, hear the
 broker's NOTIFY_CONSUMER_IDS_CHANGED, hand queues over through committed offsets, respect
 broker locks, and leave (commit, unlock, unregister) on SIGTERM."""
@@ -18,8 +18,8 @@ import pytest
 from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.client.config import ClientConfig
 from rocketmq_spark.client.protocol.route import MessageQueue
-from rocketmq_spark.source.allocation import allocate_all
-from rocketmq_spark.source.membership import GroupMember, member_client_id
+from rocketmq_spark.client.group.allocation import allocate_all
+from rocketmq_spark.client.group.membership import GroupMember, member_client_id
 
 from group_helpers import lock_holders
 from waiting import wait_until
@@ -174,7 +174,7 @@ def test_sigterm_leaves_the_group_commits_and_unlocks(cluster, tmp_path):
 import sys, json, time
 sys.path.insert(0, {str(HERE)!r})
 from test_group_member import make_member
-from rocketmq_spark.client.pull import PullRequest
+from rocketmq_spark.client.read.pull import PullRequest
 m = make_member({cluster.namesrv_addr!r}, {group!r}, "MemberT", "term", lock_queues=True)
 m.start()
 entered = m.apply_allocation({{}}).entering

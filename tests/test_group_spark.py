@@ -20,7 +20,7 @@ from group_helpers import (
     TOPIC_QUEUES, Feeder, LockHolder, duplicates, lock_holders, member_query, members,
     queues_of, queues_read, running_queues, shares, sink_rows,
 )
-from rocketmq_spark.source.allocation import allocate_all
+from rocketmq_spark.client.group.allocation import allocate_all
 from source_helpers import committed, max_offsets
 from waiting import wait_until
 

@@ -171,7 +171,7 @@ def test_a_member_beside_a_cpp_consumer_of_the_namespaced_group(spark, cluster, 
     PushConsumer of group ns%g on topic ns%T are one group: each takes the share the Java
     allocation gives it among both."""
     from group_helpers import lock_holders, member_query, members, queues_of, running_queues
-    from rocketmq_spark.source.allocation import allocate_all
+    from rocketmq_spark.client.group.allocation import allocate_all
 
     namesrv = cluster.namesrv_addr
     ns, topic, group = unique_name("ns"), unique_name("T"), unique_name("g")

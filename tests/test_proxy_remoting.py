@@ -23,12 +23,12 @@ from rocketmq_spark.client import (
     ClientConfig, Producer, QueueRangeReader, ReadSettings, make_tls_context,
 )
 from rocketmq_spark.client.admin import Admin
-from rocketmq_spark.client.busy_brokers import BusyBrokers, busy_target
+from rocketmq_spark.client.read.busy_brokers import BusyBrokers, busy_target
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
 from rocketmq_spark.client.protocol.properties import encode_properties
 from rocketmq_spark.client.protocol.route import TopicRouteData
 from rocketmq_spark.client.errors import ResponseError
-from rocketmq_spark.source.group_requests import lock_queues, master_addresses
+from rocketmq_spark.client.group.requests import lock_queues, master_addresses
 from raw_client import RawClient
 from embedded_cli import embedded_cli, printed
 from waiting import wait_until

@@ -25,7 +25,7 @@ from rocketmq_spark.client.broker import send_command
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
 from rocketmq_spark.client.protocol.message import BatchEntry, encode_batch
 from rocketmq_spark.client.protocol.properties import encode_properties
-from rocketmq_spark.client.transaction import HalfHandle, Outcome, end_transaction_command
+from rocketmq_spark.client.txn.transaction import HalfHandle, Outcome, end_transaction_command
 from raw_client import RawClient
 from waiting import wait_until
 
@@ -120,7 +120,7 @@ def test_spliced_end_transactions_name_their_brokers_mixed_or_not(proxied, uniqu
     """The spliced END_TRANSACTIONs (one template per run) carry each handle's broker name,
     and a handle without one gets no field; checked at a server that records the frames."""
     from rocketmq_spark.client.remoting import RemotingClient
-    from rocketmq_spark.client.transaction import end_transactions
+    from rocketmq_spark.client.txn.transaction import end_transactions
     from rocketmq_spark.embedded.server import RemotingServer
     import asyncio
     import threading
@@ -256,7 +256,7 @@ def test_check_back_answers_of_a_job_settled_through_the_proxy(proxied, unique_n
     is in its topic; ROLLBACK for an attempt Spark did not keep, UNKNOWN for another job."""
     from types import SimpleNamespace
 
-    from rocketmq_spark.client.transaction import CheckRequest
+    from rocketmq_spark.client.txn.transaction import CheckRequest
     from rocketmq_spark.sink.options import parse_sink_options
     from rocketmq_spark.sink.proxy_settle import ANSWER_GRACE_S, ProxySettlement
 

@@ -18,7 +18,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from rocketmq_spark.client.nameserver import NameServerClient
 from rocketmq_spark.client.remoting import RemotingClient
-from rocketmq_spark.client.transaction import (
+from rocketmq_spark.client.txn.transaction import (
     CheckResponder, HalfHandle, Outcome, end_transactions_confirmed,
 )
 from rocketmq_spark.sink.ids import TaskIdentity

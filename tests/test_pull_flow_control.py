@@ -17,7 +17,7 @@ import pytest
 from rocketmq_spark.client import QueueRangeReader, ReadSettings
 from rocketmq_spark.client.accelerator import FORCE_PURE_PYTHON
 from rocketmq_spark.client.admin import Admin
-from rocketmq_spark.client.busy_brokers import BrokerBusyError, BusyBrokers, busy_target
+from rocketmq_spark.client.read.busy_brokers import BrokerBusyError, BusyBrokers, busy_target
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
 from rocketmq_spark.source.options import OptionError, parse_source_options
 from source_helpers import ids_of, produce

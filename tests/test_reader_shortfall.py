@@ -15,7 +15,7 @@ import pytest
 
 from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.client.errors import BrokerUnavailable, DataLossError
-from rocketmq_spark.client.reader import QueueRangeReader, ReadSettings
+from rocketmq_spark.client.read.reader import QueueRangeReader, ReadSettings
 from rocketmq_spark.embedded.cluster import EmbeddedCluster
 
 from source_helpers import produce

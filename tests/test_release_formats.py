@@ -100,7 +100,7 @@ def test_the_client_reads_every_genuine_5_1_4_pull_answer(frames):
     from rocketmq_spark.client.errors import ResponseError
     from rocketmq_spark.client.protocol.frame import decode_payload
     from rocketmq_spark.client.protocol.message import decode_messages
-    from rocketmq_spark.client.pull import PullStatus, pull_result
+    from rocketmq_spark.client.read.pull import PullStatus, pull_result
 
     statuses, messages = [], 0
     for f in frames.values():
@@ -128,7 +128,7 @@ def test_the_client_reads_genuine_5_1_4_check_backs(frames):
     proxy's relay of them (seq 759-768, without it): offsets, ids and the re-stored half
     message with its properties are read."""
     from rocketmq_spark.client.protocol.frame import decode_payload
-    from rocketmq_spark.client.transaction import parse_check_request
+    from rocketmq_spark.client.txn.transaction import parse_check_request
 
     checks = [f for f in frames.values() if f["rpc"] in ("request", "oneway")
               and f["header"]["code"] == RequestCode.CHECK_TRANSACTION_STATE]

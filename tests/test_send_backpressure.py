@@ -23,13 +23,13 @@ import pytest
 from pyspark.sql.types import StringType, StructField, StructType
 
 from rocketmq_spark.client import Message, Producer
-from rocketmq_spark.client.backpressure import BusyLog, SendWindow, is_busy
+from rocketmq_spark.client.send.backpressure import BusyLog, SendWindow, is_busy
 from rocketmq_spark.client.errors import ProxyError, RequestTimeout, ResponseError
-from rocketmq_spark.client.producer import queue_for_key
+from rocketmq_spark.client.send.producer import queue_for_key
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
 from rocketmq_spark.client.remoting import RemotingClient
-from rocketmq_spark.client.send_pipeline import BrokerStayedBusy, Outgoing, SendFailed
-from rocketmq_spark.client.transaction import (
+from rocketmq_spark.client.send.pipeline import BrokerStayedBusy, Outgoing, SendFailed
+from rocketmq_spark.client.txn.transaction import (
     END_TRANSACTION, HalfHandle, Outcome, end_transactions, end_transactions_confirmed,
 )
 from rocketmq_spark.sink.ids import TaskIdentity, message_id
@@ -202,7 +202,7 @@ def test_a_broker_that_stays_busy_fails_after_the_budget_with_a_clear_error(one_
 def test_busy_answers_are_logged_once_a_minute_per_producer(one_broker, unique_name, caplog):
     topic = unique_name("Logged")
     one_broker.create_topic(topic, 4)
-    caplog.set_level(logging.WARNING, logger="rocketmq_spark.client.backpressure")
+    caplog.set_level(logging.WARNING, logger="rocketmq_spark.client.send.backpressure")
     with Producer(one_broker.namesrv_addr) as producer:
         for remark in ("[OVERLOAD]first", "[TIMEOUT_CLEAN_QUEUE]second"):
             one_broker.fail_next(6, ResponseCode.SYSTEM_BUSY, remark, request_codes=SEND_CODES)
@@ -212,7 +212,7 @@ def test_busy_answers_are_logged_once_a_minute_per_producer(one_broker, unique_n
             assert pipeline.flush().busy == 6
         assert producer.busy_log.total == 12
     lines = [r.getMessage() for r in caplog.records
-             if r.name == "rocketmq_spark.client.backpressure"]
+             if r.name == "rocketmq_spark.client.send.backpressure"]
     assert len(lines) == 1, lines
     assert "answered busy 1 time(s)" in lines[0] and "[OVERLOAD]first" in lines[0]
     later = BusyLog(interval=60.0)

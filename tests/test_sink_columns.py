@@ -12,7 +12,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from rocketmq_spark.client.producer import queue_for_key
+from rocketmq_spark.client.send.producer import queue_for_key
 from rocketmq_spark.client.protocol.properties import decode_properties, java_string_hash
 from rocketmq_spark.client.protocol.message import BatchEntry, decode_batch, encode_batch
 from rocketmq_spark.client.protocol.route import MessageQueue

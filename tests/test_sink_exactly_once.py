@@ -19,7 +19,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
 from rocketmq_spark.client.remoting import RemotingClient
-from rocketmq_spark.client.transaction import END_TRANSACTION, CheckResponder
+from rocketmq_spark.client.txn.transaction import END_TRANSACTION, CheckResponder
 from rocketmq_spark.options import OptionError
 from rocketmq_spark.sink import exactly_once
 from rocketmq_spark.sink.ids import TaskIdentity
@@ -41,7 +41,7 @@ def visible(cluster, topic: str) -> int:
 def pull_bodies(cluster, topic: str) -> Counter:
     from rocketmq_spark.client.broker import BrokerClient
     from rocketmq_spark.client.protocol.message import decode_messages
-    from rocketmq_spark.client.pull import PullRequest, PullStatus
+    from rocketmq_spark.client.read.pull import PullRequest, PullStatus
 
     seen: Counter = Counter()
     with RemotingClient() as remoting:
@@ -79,7 +79,7 @@ def commit_batch(log, remoting, record) -> int:
 
 
 def record_of(summary, batch_id: int, group: str = "eo-group") -> exactly_once.BatchRecord:
-    from rocketmq_spark.client.transaction import HalfHandle
+    from rocketmq_spark.client.txn.transaction import HalfHandle
 
     return exactly_once.BatchRecord(batch_id, QUERY, group, [summary.token],
                           [HalfHandle.from_tuple(t) for t in summary.handles])
@@ -194,7 +194,7 @@ def test_signed_half_messages_and_end_transactions(embedded_cluster_factory, uni
     wait_until(lambda: visible(cluster, topic) >= 150, 10, "the 150 signed commits")
     assert visible(cluster, topic) == 150
     with RemotingClient() as unsigned:  # an unsigned END_TRANSACTION is refused
-        from rocketmq_spark.client.transaction import Outcome, end_transactions
+        from rocketmq_spark.client.txn.transaction import Outcome, end_transactions
 
         end_transactions(unsigned, "eo-signed", record_of(summary, 0, "eo-signed").handles[:5],
                          Outcome.COMMIT)
@@ -274,7 +274,7 @@ def test_restart_settles_a_recorded_batch_without_a_second_commit(txn_cluster, u
         for a in {h.address for h in record.handles}:
             record.op_start[a] = ops.max_offset(a)
         log.record_commit(record)
-        from rocketmq_spark.client.transaction import Outcome, end_transactions
+        from rocketmq_spark.client.txn.transaction import Outcome, end_transactions
         end_transactions(remoting, "eo-settle", record.handles[:120], Outcome.COMMIT)
     time.sleep(1)
     assert log.pending() == [7]
@@ -307,7 +307,7 @@ def test_replayed_committed_batch_is_rolled_back(txn_cluster, unique_name, tmp_p
 def test_a_large_replay_finds_its_new_half_messages_in_linear_time():
     """A replayed batch of 200,000 rows: the handles the earlier run did not record are found
     with one set of the recorded ones (a set built per handle stalled the driver for hours)."""
-    from rocketmq_spark.client.transaction import HalfHandle
+    from rocketmq_spark.client.txn.transaction import HalfHandle
 
     def handles(offsets):
         return [HalfHandle("broker-a", "127.0.0.1:10911", f"U{i}", i, 1000 + i) for i in offsets]

@@ -43,7 +43,7 @@ import pytest
 from app_process import AppProcess
 from waiting import wait_until
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
-from rocketmq_spark.client.transaction import END_TRANSACTION
+from rocketmq_spark.client.txn.transaction import END_TRANSACTION
 from source_helpers import produce
 
 TESTS = Path(__file__).resolve().parent

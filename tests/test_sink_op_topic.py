@@ -13,13 +13,13 @@ from rocketmq_spark.client.broker import BrokerClient
 from rocketmq_spark.client.errors import ResponseError
 from rocketmq_spark.client.protocol.codes import ResponseCode
 from rocketmq_spark.client.protocol.message import MessageExt, decode_messages
-from rocketmq_spark.client.pull import PullRequest, PullStatus
+from rocketmq_spark.client.read.pull import PullRequest, PullStatus
 from rocketmq_spark.client.remoting import RemotingClient
-from rocketmq_spark.client.transaction import OP_TOPIC, CheckRequest, Outcome, end_transactions
+from rocketmq_spark.client.txn.transaction import OP_TOPIC, CheckRequest, Outcome, end_transactions
 from rocketmq_spark.embedded.op_batches import op_offsets
 from rocketmq_spark.sink import exactly_once
 from rocketmq_spark.sink.check_back import BATCH_PROPERTY, QUERY_PROPERTY, TOKEN_PROPERTY
-from rocketmq_spark.sink.op_topic import OpTopicError, half_offsets
+from rocketmq_spark.client.txn.op_topic import OpTopicError, half_offsets
 from test_sink_exactly_once import QUERY, pull_bodies, record_of, send_halves, visible
 from waiting import wait_until
 

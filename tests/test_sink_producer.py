@@ -17,13 +17,13 @@ from rocketmq_spark.client import (
     BrokerUnavailable, Message, Producer, ResponseError, RouteNotFound,
 )
 from rocketmq_spark.client.admin import Admin
-from rocketmq_spark.client.send_pipeline import Outgoing, SendFailed
-from rocketmq_spark.client.send_parts import Item, Part
-from rocketmq_spark.client.producer import EncodedRequest, MessageTooLarge, queue_for_key
+from rocketmq_spark.client.send.pipeline import Outgoing, SendFailed
+from rocketmq_spark.client.send.parts import Item, Part
+from rocketmq_spark.client.send.producer import EncodedRequest, MessageTooLarge, queue_for_key
 from rocketmq_spark.client.protocol.properties import DELAY, SHARDING_KEY, WAIT, encode_properties
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
 from rocketmq_spark.client.protocol.message import decode_messages
-from rocketmq_spark.client.pull import is_transient
+from rocketmq_spark.client.read.pull import is_transient
 from waiting import wait_until
 
 CPP_PEER = Path(__file__).resolve().parent / "cpp_peer.py"

@@ -16,7 +16,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from rocketmq_spark.client.admin import Admin
-from rocketmq_spark.client.producer import queue_for_key
+from rocketmq_spark.client.send.producer import queue_for_key
 from rocketmq_spark.client.protocol.message import SYSFLAG_COMPRESSED, decode_message
 from waiting import wait_until
 

@@ -18,14 +18,14 @@ import pytest
 from rocketmq_spark.client import Message, Producer
 from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.client.errors import RouteNotFound
-from rocketmq_spark.client.reader import QueueRangeReader, ReadSettings
+from rocketmq_spark.client.read.reader import QueueRangeReader, ReadSettings
 from rocketmq_spark.embedded.cluster import EmbeddedCluster
 from rocketmq_spark.source.offset_reader import OffsetReader
 from rocketmq_spark.source.options import parse_source_options
 from rocketmq_spark.source.planning import next_end
 from rocketmq_spark.client.config import ClientConfig
-from rocketmq_spark.source.group_requests import broker_nodes, heartbeat
-from rocketmq_spark.source.membership import GroupMember, member_client_id
+from rocketmq_spark.client.group.requests import broker_nodes, heartbeat
+from rocketmq_spark.client.group.membership import GroupMember, member_client_id
 from rocketmq_spark.client.broker import Subscription
 
 from source_helpers import produce

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from rocketmq_spark.client.admin import Admin
-from rocketmq_spark.client.send_back import send_message_back
+from rocketmq_spark.client.group.send_back import send_message_back
 from rocketmq_spark.source.offsets import queue_offsets
 from source_helpers import run_available_now
 from waiting import wait_until
@@ -144,7 +144,7 @@ def test_consume_retry_topic_false_leaves_the_share_unread(spark, retry_cluster,
     """consumeRetryTopic=false: the member reads only the topic; its retry queues keep their
     messages and get no offset; the member warns, naming the option."""
     from rocketmq_spark.client.config import ClientConfig
-    from rocketmq_spark.source.membership import GroupMember, member_client_id
+    from rocketmq_spark.client.group.membership import GroupMember, member_client_id
 
     cluster, group = retry_cluster, "retry-ignored"
     cpp_produce(cluster.namesrv_addr, TOPIC, 10)
@@ -166,7 +166,7 @@ def test_consume_retry_topic_false_leaves_the_share_unread(spark, retry_cluster,
     # The warning comes from the member (in Spark's source runner there): one here, alone.
     member = GroupMember(cluster.namesrv_addr, ClientConfig(client_id=member_client_id("w")),
                          group, lambda: [TOPIC], lambda queues, first: {})
-    with caplog.at_level(logging.WARNING, "rocketmq_spark.source.membership"):
+    with caplog.at_level(logging.WARNING, "rocketmq_spark.client.group.membership"):
         member.rebalance()
     member.leave()
     warned = [r.getMessage() for r in caplog.records if "consumeRetryTopic=false" in
@@ -220,7 +220,7 @@ def test_a_write_only_dead_letter_topic_fails_the_read_saying_how_to_grant_it(
     stream reads fail at once naming the topic and the mqadmin command that grants reads;
     a pull the broker refuses for that reason says the same."""
     from rocketmq_spark.client.protocol.route import MessageQueue
-    from rocketmq_spark.client.reader import QueueRangeReader, ReadSettings, TopicNotReadable
+    from rocketmq_spark.client.read.reader import QueueRangeReader, ReadSettings, TopicNotReadable
 
     dlq = "%DLQ%" + unique_name("oldgroup")
     cluster.create_topic(dlq, queues=1, perm=2)

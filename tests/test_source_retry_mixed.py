@@ -15,8 +15,8 @@ import pytest
 
 from group_helpers import members, queues_of, running_queues
 from rocketmq_spark.client import Message, Producer
-from rocketmq_spark.source.allocation import allocate_all, java_sorted
-from rocketmq_spark.source.membership import member_client_id
+from rocketmq_spark.client.group.allocation import allocate_all, java_sorted
+from rocketmq_spark.client.group.membership import member_client_id
 from source_helpers import committed, max_offsets, start_memory
 from waiting import wait_until
 

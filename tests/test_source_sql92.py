@@ -23,7 +23,7 @@ import pytest
 
 from rocketmq_spark.client import QueueRangeReader, ReadSettings
 from rocketmq_spark.client.admin import Admin
-from rocketmq_spark.client.pull import FilterNotSupportedError
+from rocketmq_spark.client.read.pull import FilterNotSupportedError
 from rocketmq_spark.client.protocol.codes import RequestCode
 from rocketmq_spark.client.protocol.frame import decode_frame
 from rocketmq_spark.client.protocol.route import MessageQueue
@@ -349,7 +349,7 @@ def test_both_pull_loops_send_the_same_bytes(sql_cluster):
     """The C loop and its Python twin put the same SQL92 pulls on the wire: subscription,
     expressionType SQL92, subVersion and the subscription bit of sysFlag (4), as Java's
     PullAPIWrapper.pullKernelImpl and the capture's requests carry them."""
-    from rocketmq_spark.client.native_pull import why_python_pulls
+    from rocketmq_spark.client.read.native_pull import why_python_pulls
 
     if why_python_pulls() is not None:
         pytest.skip(f"no C loop to compare: {why_python_pulls()}")

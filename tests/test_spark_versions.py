@@ -233,7 +233,7 @@ def test_lag_listener_looks_the_latest_offsets_up_where_spark_reports_none(
 def test_a_group_member_reads_its_share_in_its_one_available_now_batch(
         spark, legacy_format, embedded_cluster, tmp_path):
     from group_helpers import Feeder, queues_of, sink_rows
-    from rocketmq_spark.source.allocation import allocate_all
+    from rocketmq_spark.client.group.allocation import allocate_all
     from test_group_member import make_member
 
     cluster, group, topic = embedded_cluster, "legacy-group", "LegacyGroupT"

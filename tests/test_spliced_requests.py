@@ -15,7 +15,7 @@ from rocketmq_spark.client.protocol.frame import (
     FLAG_ONEWAY, SerializeType, decode_payload, encode_frame,
 )
 from rocketmq_spark.client.protocol.spliced_requests import RequestTemplate, buffer_of
-from rocketmq_spark.client.transaction import (
+from rocketmq_spark.client.txn.transaction import (
     HalfHandle, Outcome, end_transaction_command,
 )
 

@@ -13,7 +13,7 @@ import pytest
 
 from rocketmq_spark.options import OptionError
 from rocketmq_spark.sink.commit_record import BatchRecord, CommitLog, open_record
-from rocketmq_spark.client.transaction import HalfHandle
+from rocketmq_spark.client.txn.transaction import HalfHandle
 from rocketmq_spark.storage import (
     StorageConfigError, StorageError, StorageOptions, parse_location, record_location,
 )

@@ -11,7 +11,7 @@
  * Python sees one call per batch of thousands of messages, plus one for each answer that is
  * not a plain FOUND (every other pull status, a header it cannot parse, a frame for someone
  * else), which the Python reader handles exactly as its pure-Python twin does
- * (rocketmq_spark/client/python_pull_engine.py is the reference for the semantics).
+ * (rocketmq_spark/client/read/python_pull_engine.py is the reference for the semantics).
  *
  * Pipeline: requests ask for ``step`` messages each at contiguous offsets (offset, offset+step,
  * ...), ``depth`` at most in flight, topped up in one write once half have been answered

@@ -10,10 +10,11 @@ The pieces, from the bottom up:
   multiplexed by opaque), :class:`RemotingClient` (connections by address).
 * :class:`NameServerClient` and :class:`BrokerClient` (one method per request), :mod:`.admin`.
 * Reading: :class:`QueueRangeReader` (an offset range as Arrow batches) over a pull engine
-  (:mod:`.pull_engine`): :mod:`.python_pull_engine`, or :mod:`.native_pull_engine`, the C loop
-  set up by :mod:`.native_pull` and driven on a connection by :mod:`.native_pull_driver`.
-* Writing: :class:`Producer`, the :mod:`.send_pipeline` (requests in flight per broker, with
-  retries) and :mod:`.transaction` (half messages, END_TRANSACTION, check-backs).
+  (:mod:`.read.pull_engine`): :mod:`.read.python_pull_engine`, or :mod:`.read.native_pull_engine`,
+  the C loop set up by :mod:`.read.native_pull` and driven on a connection by
+  :mod:`.read.native_pull_driver`.
+* Writing: :class:`Producer`, the :mod:`.send.pipeline` (requests in flight per broker, with
+  retries) and :mod:`.txn.transaction` (half messages, END_TRANSACTION, check-backs).
 
 Names are imported on first use, so ``import rocketmq_spark.client.protocol.frame`` (as the
 embedded server does) does not load numpy and pyarrow.
@@ -31,10 +32,10 @@ _EXPORTS = {
     "RequestTimeout": ".errors", "ResponseError": ".errors", "RocketMQError": ".errors",
     "RouteNotFound": ".errors",
     "NameServerClient": ".nameserver",
-    "Message": ".producer", "Producer": ".producer", "SendResult": ".producer",
+    "Message": ".send.producer", "Producer": ".send.producer", "SendResult": ".send.producer",
     "MessageQueue": ".protocol.route", "TopicRouteData": ".protocol.route",
-    "PullRequest": ".pull", "PullResult": ".pull", "PullStatus": ".pull",
-    "DataLossError": ".errors", "QueueRangeReader": ".reader", "ReadSettings": ".reader",
+    "PullRequest": ".read.pull", "PullResult": ".read.pull", "PullStatus": ".read.pull",
+    "DataLossError": ".errors", "QueueRangeReader": ".read.reader", "ReadSettings": ".read.reader",
     "RemotingClient": ".remoting",
 }
 

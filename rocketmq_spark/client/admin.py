@@ -13,7 +13,7 @@ from .nameserver import NameServerClient
 from .protocol.codes import ResponseCode
 from .protocol.message import decode_message
 from .protocol.route import MessageQueue, TopicRouteData
-from .pull import PullRequest, PullStatus, response_error
+from .read.pull import PullRequest, PullStatus, response_error
 from .remoting import RemotingClient
 from .serving_nodes import ServingNodes, SlaveCommits
 from .topic_stats import TopicStatsLookups

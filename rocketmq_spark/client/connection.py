@@ -243,7 +243,7 @@ class Connection:
 
     # ------------------------------------------------------------------ a loop reading the socket
     # For a loop that reads and writes this socket itself (the native pull loop, see
-    # :mod:`.native_pull_driver`): it holds the reading role, takes the bytes the frame
+    # :mod:`.read.native_pull_driver`): it holds the reading role, takes the bytes the frame
     # decoder has buffered, hands back what it read past its own frames, and passes on
     # the frames that are not its own.
 

@@ -6,7 +6,7 @@ checked on the driver), :mod:`.rows` (one Arrow batch checked and normalized), :
 (rows into requests per topic and queue), :mod:`.task` (one task's sends) and :mod:`.writer`
 (the Spark writer classes). Exactly once: :mod:`.exactly_once` (the driver's commit and its
 test seam, :class:`.exactly_once.CommitObserver`), :mod:`.commit_record` (the record under
-the checkpoint), :mod:`.op_topic` (what END_TRANSACTIONs reached the brokers),
+the checkpoint), :mod:`..client.txn.op_topic` (what END_TRANSACTIONs reached the brokers),
 :mod:`.check_back` (answers to the brokers' check-backs) and :mod:`.responder` (the process
 that gives them). Nothing here imports the source.
 """

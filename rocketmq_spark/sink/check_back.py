@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from ..client.transaction import CheckRequest, Outcome
+from ..client.txn.transaction import CheckRequest, Outcome
 from .commit_record import CommitLog
-from .op_topic import OP_WRITE_DELAY_S, OpTopic
+from ..client.txn.op_topic import OP_WRITE_DELAY_S, OpTopic
 
 QUERY_PROPERTY = "SPARK_QUERY_ID"
 BATCH_PROPERTY = "SPARK_BATCH_ID"

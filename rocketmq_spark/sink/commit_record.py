@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Union
 
-from ..client.transaction import HalfHandle
+from ..client.txn.transaction import HalfHandle
 from ..options import OptionError
 from ..storage import (
     Location, StorageConfigError, StorageOptions, Store, open_store, parse_location,

@@ -24,7 +24,7 @@ recorded yet, or whose END_TRANSACTIONs are being sent → UNKNOWN (asked again 
 On restart, the first ``streamWriter()`` of the new run (on the driver, before any task
 writes) settles what the last run left pending (:func:`settle`): for a batch recorded but not
 marked, the op topic says which half messages the dead driver's END_TRANSACTIONs reached (read
-in both of its forms, :mod:`.op_topic`; read again a few seconds later when some look
+in both of its forms, :mod:`..client.txn.op_topic`; read again a few seconds later when some look
 unsettled, as a 5.1+ broker writes op entries in batches); only the others get a COMMIT. Never
 a blind second COMMIT: an op topic that cannot be read fails the restart.
 """
@@ -44,14 +44,14 @@ import psutil
 
 from ..client.errors import RocketMQError
 from ..client.remoting import RemotingClient
-from ..client.transaction import HalfHandle, Outcome, end_transactions
+from ..client.txn.transaction import HalfHandle, Outcome, end_transactions
 from ..storage import lease_looks_held
 from ..storage.lease import TTL_S as LEASE_TTL_S
 from .check_back import (
     BATCH_PROPERTY, END_GRACE_SECONDS, QUERY_PROPERTY, TOKEN_PROPERTY, decide,
 )
 from .commit_record import BatchRecord, CommitLog, record_root
-from .op_topic import OP_WRITE_DELAY_S, OpTopic, OpTopicError
+from ..client.txn.op_topic import OP_WRITE_DELAY_S, OpTopic, OpTopicError
 
 __all__ = [  # the protocol in one place; its parts live in the modules imported above
     "BATCH_PROPERTY", "END_GRACE_SECONDS", "QUERY_PROPERTY", "TOKEN_PROPERTY", "BatchRecord",
@@ -164,8 +164,8 @@ def settle_batch(commit_log: CommitLog, remoting: RemotingClient, ops: OpTopic,
                  batch_id: int, op_write_delay: float = OP_WRITE_DELAY_S) -> int:
     """COMMIT the rows of a recorded batch that no END_TRANSACTION has reached (the op topic
     says which, read again after ``op_write_delay`` seconds when some look unsettled), then
-    mark it. Returns how many COMMITs were sent. Raises :class:`.op_topic.OpTopicError` when
-    an op topic cannot be read: committing blind could store rows twice."""
+    mark it. Returns how many COMMITs were sent. Raises :class:`..client.txn.op_topic.OpTopicError`
+    when an op topic cannot be read: committing blind could store rows twice."""
     if commit_log.ended_at(batch_id) is not None:
         return 0
     record = commit_log.committed(batch_id)

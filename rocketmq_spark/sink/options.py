@@ -12,8 +12,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..client.acl import Credentials
 from ..client.namespace import wrap, wrapped_name_problem
-from ..client.send_pipeline import SEND_OK, SEND_STATUSES
-from ..client.producer import MAX_MESSAGE_SIZE
+from ..client.send.pipeline import SEND_OK, SEND_STATUSES
+from ..client.send.producer import MAX_MESSAGE_SIZE
 from ..client.settings import ConnectionSettings
 from ..storage import StorageOptions
 from ..storage.options import PREFIX as STORAGE_PREFIX

@@ -32,9 +32,9 @@ from ..client.errors import RocketMQError
 from ..client.protocol.message import decode_messages
 from ..client.protocol.properties import UNIQ_KEY
 from ..client.protocol.route import MessageQueue
-from ..client.pull import PullRequest, PullStatus
+from ..client.read.pull import PullRequest, PullStatus
 from ..client.remoting import RemotingClient
-from ..client.transaction import CheckRequest, CheckResponder, HalfHandle, Outcome
+from ..client.txn.transaction import CheckRequest, CheckResponder, HalfHandle, Outcome
 from .check_back import QUERY_PROPERTY, TOKEN_PROPERTY
 from .options import SinkOptions
 

@@ -23,12 +23,12 @@ import psutil
 
 from ..client.nameserver import NameServerClient
 from ..client.remoting import RemotingClient
-from ..client.transaction import CheckResponder, Outcome
+from ..client.txn.transaction import CheckResponder, Outcome
 from ..storage import Lease, StorageOptions
 from .check_back import decide
 from .commit_record import CommitLog
 from .exactly_once import RESPONDER_LEASE
-from .op_topic import OpTopic
+from ..client.txn.op_topic import OpTopic
 from .options import parse_sink_options
 
 log = logging.getLogger("rocketmq_spark.sink.responder")

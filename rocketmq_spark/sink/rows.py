@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..client.namespace import wrap, wrapped_name_problem
-from ..client.producer import MAX_DELAY_LEVEL
+from ..client.send.producer import MAX_DELAY_LEVEL
 from ..client.protocol.properties import SYSTEM_PROPERTIES, TRANSIENT_PREFIX
 from ..client.protocol.send_encode import first_index, map_properties
 from ..options import TOPIC_NAME

@@ -26,10 +26,10 @@ import pyarrow as pa
 
 from ..client.errors import BrokerUnavailable, RocketMQError
 from ..client.namespace import retry_topic, wrap
-from ..client.producer import Producer
+from ..client.send.producer import Producer
 from ..client.protocol.codes import ResponseCode
-from ..client.pull import response_error
-from ..client.send_back import send_back_command
+from ..client.read.pull import response_error
+from ..client.group.send_back import send_back_command
 from .ids import TaskIdentity
 from .options import SinkOptions
 from .send_back_columns import SendBackPlan

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Dict, List, Optional
 from ..client.broker import SEND_STATUS_OF_CODE, send_command
 from ..client.errors import BrokerUnavailable, RocketMQError
 from ..client.namespace import RETRY_PREFIX, wrap
-from ..client.producer import Producer
+from ..client.send.producer import Producer
 from ..client.protocol.codes import DEFAULT_TOPIC, SEND_V2_KEYS
 from ..client.protocol.message import COMPRESSION_ZLIB, compress_body, new_uniq_key
 from ..client.protocol.properties import (
     DELAY, KEYS, TAGS, UNIQ_KEY, encode_properties,
 )
 from ..client.protocol.route import MessageQueue
-from ..client.pull import response_error
+from ..client.read.pull import response_error
 from .options import SinkOptions
 
 if TYPE_CHECKING:

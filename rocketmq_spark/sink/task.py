@@ -14,8 +14,8 @@ from typing import Dict, Iterable, List, Optional, Tuple
 import pyarrow as pa
 
 from ..client.errors import RocketMQError
-from ..client.send_pipeline import Outgoing, SendPipeline
-from ..client.transaction import Outcome, end_transactions_confirmed
+from ..client.send.pipeline import Outgoing, SendPipeline
+from ..client.txn.transaction import Outcome, end_transactions_confirmed
 from .ids import TaskIdentity, message_id
 from .options import SinkOptions
 from .requests import plan_requests

@@ -1,7 +1,7 @@
 """How a sink task's messages reach RocketMQ: the one seam between the sink and a protocol.
 
 A :class:`Transport` turns checked rows (:class:`~.rows.SinkRows`) into request payloads and
-sends them for a :class:`~rocketmq_spark.client.send_pipeline.SendPipeline` (it is the pipeline's
+sends them for a :class:`~rocketmq_spark.client.send.pipeline.SendPipeline` (it is the pipeline's
 ``Sender``). Two exist:
 
 * :class:`RemotingTransport`: RocketMQ's own protocol (``nameServer``), batches encoded column
@@ -25,15 +25,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..client import pool
-from ..client.send_pipeline import Outgoing
-from ..client.producer import (
+from ..client.send.pipeline import Outgoing
+from ..client.send.producer import (
     BATCH_HEADER_PROPERTIES, MAX_PROPERTIES_SIZE, EncodedRequest, EncodedRun, Message, Producer,
 )
 from ..client.protocol import message, properties
 from ..client.protocol.route import MessageQueue
 from ..client.errors import RocketMQError
-from ..client.backpressure import BusyLog, is_busy, refused_in_part
-from ..client.transaction import (
+from ..client.send.backpressure import BusyLog, is_busy, refused_in_part
+from ..client.txn.transaction import (
     TRANSACTION_PREPARED_TYPE, HalfSent, Outcome, collect_half_answers, end_transactions,
 )
 from ..client.protocol.send_encode import (

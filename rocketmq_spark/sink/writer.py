@@ -23,7 +23,7 @@ from pyspark.sql.types import StructType
 
 from ..client.errors import RocketMQError
 from ..client.namespace import GROUP_MAX_LENGTH, wrap
-from ..client.transaction import (
+from ..client.txn.transaction import (
     HalfHandle, Outcome, end_transactions_confirmed, half_properties,
 )
 from ..options import NAME_CHARS, OptionError

@@ -24,8 +24,8 @@ from ..client.errors import (
 from ..client.namespace import DLQ_PREFIX, unwrap
 from ..client.protocol.codes import PERM_READ
 from ..client.protocol.route import MessageQueue
-from ..client.pull import PullRequest, PullStatus
-from ..client.reader import TopicNotReadable
+from ..client.read.pull import PullRequest, PullStatus
+from ..client.read.reader import TopicNotReadable
 from .namespacing import pattern_topics
 from .options import EARLIEST, LATEST, Bound, OptionError, SourceOptions
 
@@ -97,7 +97,8 @@ class OffsetReader:
                      if not SYSTEM_TOPICS.match(unwrap(t, o.namespace))
                      and not SYSTEM_TOPICS.match(t) and t not in reserved]
         if o.reads_retry_topic and o.retry_topic not in named:
-            named.append(o.retry_topic)  # a group member's share of it (see .membership)
+            # a group member's share of it (see ..client.group.membership)
+            named.append(o.retry_topic)
         return named
 
     def expire_discovery(self) -> None:

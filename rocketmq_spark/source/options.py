@@ -26,7 +26,7 @@ from ..options import (
     group_name, integer, namespace_option, parse_credentials, parse_int, require_name_server,
     text,
 )
-from .allocation import MACHINE_ROOM, STRATEGIES
+from ..client.group.allocation import MACHINE_ROOM, STRATEGIES
 from .namespacing import wire_names
 from .offsets import queue_offsets
 
@@ -421,7 +421,7 @@ def _bounds(values: Mapping[str, Any], kw: Dict[str, Any], streaming: bool) -> N
 
 def _membership(values: Mapping[str, Any], kw: Dict[str, Any], streaming: bool) -> None:
     """``membership=group``: the query shares its topics' queues with the consumer group's
-    other members (see :mod:`.membership`)."""
+    other members (see :mod:`..client.group.membership`)."""
     if values.get("membership", "none") == "none":
         given = [name for name in MEMBER_ONLY if name in values]
         if given:

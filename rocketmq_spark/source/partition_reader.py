@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 
 from ..client.namespace import unwrap
 from ..client.protocol.route import MessageQueue
-from ..client.reader import QueueRangeReader, ReadSettings
+from ..client.read.reader import QueueRangeReader, ReadSettings
 from .arrow import to_spark_batch
 from .connect import shared_admin
 from .options import SourceOptions

@@ -17,8 +17,8 @@ Offsets go back to the broker for the consumer group from :meth:`latestOffset` a
 AvailableNow run).
 
 With ``membership=group`` the query is one member of its consumer group
-(:mod:`.membership`): an offset then holds only the queues this member reads, a queue that
-leaves drops out of the next offset, and one that joins enters it with an empty range at the
+(:mod:`..client.group.membership`): an offset then holds only the queues this member reads, a queue
+that leaves drops out of the next offset, and one that joins enters it with an empty range at the
 group's committed offset. :meth:`partitions` needs no change: it reads each queue of ``end``
 from its position in ``start``, and a queue new to ``end`` has nothing to read yet.
 
@@ -45,7 +45,7 @@ from ..client.errors import RocketMQError
 from ..client.protocol.route import MessageQueue
 from .connect import client_config, shared_admin
 from .filter_check import check_brokers_filter
-from .membership import GroupMember, member_client_id
+from ..client.group.membership import GroupMember, member_client_id
 from .offset_reader import OffsetReader
 from .offsets import UNRESOLVED, entries_of, from_offset, is_unresolved, to_offset
 from .options import Bound, SourceOptions

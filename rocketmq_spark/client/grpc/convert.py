@@ -1,5 +1,5 @@
-"""Our :class:`~rocketmq_spark.client.producer.Message` to the proxy's ``Message``, and the
-proxy's answer back to :class:`~rocketmq_spark.client.producer.SendResult`: pure functions.
+"""Our :class:`~rocketmq_spark.client.send.producer.Message` to the proxy's ``Message``, and the
+proxy's answer back to :class:`~rocketmq_spark.client.send.producer.SendResult`: pure functions.
 
 The mapping (the 5.x way of saying what 4.x said in properties):
 
@@ -22,7 +22,7 @@ import socket
 from typing import Any, Dict, List, Sequence
 
 from ..errors import ProtocolError
-from ..producer import Message, SendResult
+from ..send.producer import Message, SendResult
 from ..protocol.message import new_uniq_key
 from ..protocol.route import MessageQueue
 from . import definition_pb2 as definition

@@ -25,9 +25,9 @@ from __future__ import annotations
 from typing import List, Optional, Sequence
 
 from ..acl import Credentials
-from ..backpressure import BusyLog
+from ..send.backpressure import BusyLog
 from ..errors import ProxyError, RouteNotFound
-from ..producer import Message, SendResult
+from ..send.producer import Message, SendResult
 from ..protocol.route import MessageQueue
 from ..version import __version__
 from . import auth
@@ -57,8 +57,8 @@ class GrpcProducer:
     ``multi_message_calls``: see the module docstring (off: one message per call, what
     Apache's proxy stores faithfully). Thread-safe.
     A busy broker behind the proxy makes it answer TOO_MANY_REQUESTS: a future's result then
-    says which messages were refused (:class:`~..backpressure.PartlyRefused`) for a
-    :class:`~..send_pipeline.SendPipeline` to send again after a backoff.
+    says which messages were refused (:class:`~..send.backpressure.PartlyRefused`) for a
+    :class:`~..send.pipeline.SendPipeline` to send again after a backoff.
 
     The calls run on an event loop in a thread of the producer's own (grpc.aio), so a call
     costs no thread hand-off of its own: callbacks added to a :class:`GrpcSendFuture` run on

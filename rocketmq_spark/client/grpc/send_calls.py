@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Sequence
 
 from ..errors import ClientClosed, RequestTimeout
-from ..producer import Message
+from ..send.producer import Message
 from ..protocol.route import MessageQueue
 from . import convert
 from . import definition_pb2 as definition

@@ -2,7 +2,7 @@
 the send became, completed on the producer's I/O loop as each call is answered.
 
 When the proxy answers some calls TOO_MANY_REQUESTS (a busy broker behind it) and stores the
-others, the result says which (:class:`~..backpressure.PartlyRefused`), so only the refused
+others, the result says which (:class:`~..send.backpressure.PartlyRefused`), so only the refused
 messages are sent again."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import logging
 import threading
 from typing import Callable, List, Optional
 
-from ..backpressure import is_busy, refused_in_part
+from ..send.backpressure import is_busy, refused_in_part
 from ..errors import RequestTimeout, RocketMQError
-from ..producer import SendResult
+from ..send.producer import SendResult
 from .dispatch import Call
 
 log = logging.getLogger(__name__)
@@ -22,7 +22,7 @@ class GrpcSendFuture:
     """The outcome of one :meth:`GrpcProducer.send_async`: :meth:`result` gives one SendResult
     per message (in the order given) or raises the first failure, a
     :class:`~rocketmq_spark.client.errors.RocketMQError`; when every failure was a busy answer
-    and some messages were stored, :class:`~..backpressure.PartlyRefused` says which."""
+    and some messages were stored, :class:`~..send.backpressure.PartlyRefused` says which."""
 
     def __init__(self, count: int, address: str):
         self._results: List[Optional[SendResult]] = [None] * count

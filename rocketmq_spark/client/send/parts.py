@@ -1,4 +1,4 @@
-"""What a :class:`~.send_pipeline.SendPipeline` keeps of each request on its way: the item
+"""What a :class:`~.pipeline.SendPipeline` keeps of each request on its way: the item
 submitted (until all of its messages are stored), the part of it one request carries (a run
 may go in parts, or be answered in parts), and each broker's requests on the wire."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Deque, List, Optional, Sequence
 
 from .backpressure import BusyClock, SendWindow
-from .protocol.route import MessageQueue
+from ..protocol.route import MessageQueue
 
 
 @dataclass

@@ -36,10 +36,10 @@ from typing import (
 from .backpressure import (
     DEFAULT_BUSY_TIMEOUT, BusyClock, BusyLog, PartlyRefused, SendWindow, is_busy,
 )
-from .errors import RocketMQError
-from .protocol.route import MessageQueue
-from .pull import is_transient
-from .send_parts import BrokerState, Item, Outgoing, Part
+from ..errors import RocketMQError
+from ..protocol.route import MessageQueue
+from ..read.pull import is_transient
+from .parts import BrokerState, Item, Outgoing, Part
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ built and ``ROCKETMQ_SPARK_PURE_PYTHON`` is not set.
 
 On an ACL-signed connection the template carries AccessKey (and SecurityToken) and the loop
 appends a Signature per request, computed in C from the signed content Python cuts around the
-two patched values (:func:`.acl.signed_parts`). On a TLS connection the loop reads and writes
+two patched values (:func:`..acl.signed_parts`). On a TLS connection the loop reads and writes
 through the connection's TLS record layer (Python's ``ssl`` over memory BIOs), one call per
 chunk received and per burst of requests sent.
 """
@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import Optional
 
-from . import accelerator
-from .acl import Credentials
-from .connection import Connection
-from .protocol.codes import CLIENT_VERSION, RequestCode, SerializeType
-from .protocol.frame import RemotingCommand, encode_frame
+from .. import accelerator
+from ..acl import Credentials
+from ..connection import Connection
+from ..protocol.codes import CLIENT_VERSION, RequestCode, SerializeType
+from ..protocol.frame import RemotingCommand, encode_frame
 from .pull import PullRequest
 
 _native = accelerator.built_module()  # the optional C accelerator, None when not built

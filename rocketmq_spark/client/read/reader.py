@@ -49,18 +49,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import native_pull
-from .backpressure import DEFAULT_BUSY_TIMEOUT, busy_remark, is_busy
-from .broker import BrokerClient
+from ..send.backpressure import DEFAULT_BUSY_TIMEOUT, busy_remark, is_busy
+from ..broker import BrokerClient
 from .busy_brokers import BUSY_BROKERS, BrokerBusyError, BusyBrokers, busy_target
-from .errors import (
+from ..errors import (
     BrokerUnavailable, DataLossError, MessageDecodeError, ResponseError, RocketMQError,
     RouteNotFound,
 )
-from .protocol.codes import ResponseCode
-from .protocol.pull_decode import decode_columns
-from .protocol.message import MIN_RECORD_SIZE
-from .protocol.properties import split_tags_expression
-from .protocol.route import MessageQueue
+from ..protocol.codes import ResponseCode
+from ..protocol.pull_decode import decode_columns
+from ..protocol.message import MIN_RECORD_SIZE
+from ..protocol.properties import split_tags_expression
+from ..protocol.route import MessageQueue
 from .native_pull_engine import NativePullEngine
 from .pull import TAG_TYPE, PullRequest, PullResult, PullStatus, is_transient
 from .pull_engine import PullEngine
@@ -132,7 +132,7 @@ def _refused_read(exc: RocketMQError, queue: MessageQueue) -> Optional[TopicNotR
 
 
 class QueueRangeReader:
-    """Iterate Arrow batches (schema :data:`~.protocol.pull_decode.SCHEMA`) of ``[start, end)``."""
+    """Iterate Arrow batches (schema :data:`~..protocol.pull_decode.SCHEMA`) of ``[start, end)``."""
 
     def __init__(self, brokers: BrokerClient, resolve: AddressResolver, queue: MessageQueue,
                  start: int, end: int, settings: ReadSettings,

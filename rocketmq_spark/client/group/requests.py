@@ -11,12 +11,12 @@ import secrets
 import socket
 from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
-from ..client.admin import Admin
-from ..client.broker import Subscription
-from ..client.errors import RocketMQError, RouteNotFound
-from ..client.namespace import RETRY_PREFIX
-from ..client.protocol.codes import PERM_READ
-from ..client.protocol.route import MessageQueue
+from ..admin import Admin
+from ..broker import Subscription
+from ..errors import RocketMQError, RouteNotFound
+from ..namespace import RETRY_PREFIX
+from ..protocol.codes import PERM_READ
+from ..protocol.route import MessageQueue
 
 log = logging.getLogger(__name__)
 

@@ -26,16 +26,16 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-from .backpressure import BACKOFF_FIRST, BACKOFF_MAX, is_busy
-from .broker import SEND_STATUS_OF_CODE, BrokerClient, command
-from .connection import Connection, ResponseFuture
-from .errors import ProtocolError, RocketMQError
-from .protocol.message import MessageExt, commit_log_offset_of, decode_message
-from .protocol.properties import UNIQ_KEY
-from .protocol.codes import RequestCode
-from .protocol.frame import FLAG_ONEWAY, RemotingCommand
-from .pull import response_error
-from .remoting import RemotingClient
+from ..send.backpressure import BACKOFF_FIRST, BACKOFF_MAX, is_busy
+from ..broker import SEND_STATUS_OF_CODE, BrokerClient, command
+from ..connection import Connection, ResponseFuture
+from ..errors import ProtocolError, RocketMQError
+from ..protocol.message import MessageExt, commit_log_offset_of, decode_message
+from ..protocol.properties import UNIQ_KEY
+from ..protocol.codes import RequestCode
+from ..protocol.frame import FLAG_ONEWAY, RemotingCommand
+from ..read.pull import response_error
+from ..remoting import RemotingClient
 
 log = logging.getLogger(__name__)
 
@@ -270,7 +270,7 @@ def _send_ends_template(conn: Connection, version: int, group: str,
     import numpy as np
     import pyarrow as pa
 
-    from .protocol.spliced_requests import RequestTemplate, buffer_of
+    from ..protocol.spliced_requests import RequestTemplate, buffer_of
 
     named = "bname" in keys
     template = end_transaction_command(

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Dict, Iterable, List, Mapping
 
-from ..client.protocol.properties import java_string_hash, split_tags_expression
-from ..client.protocol.route import MessageQueue
+from ..protocol.properties import java_string_hash, split_tags_expression
+from ..protocol.route import MessageQueue
 
 
 def _compact(value) -> str:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .broker import command
-from .protocol.codes import ResponseCode
-from .protocol.frame import RemotingCommand
-from .pull import response_error
-from .remoting import RemotingClient
+from ..broker import command
+from ..protocol.codes import ResponseCode
+from ..protocol.frame import RemotingCommand
+from ..read.pull import response_error
+from ..remoting import RemotingClient
 
 CONSUMER_SEND_MSG_BACK = 36  # RequestCode.CONSUMER_SEND_MSG_BACK
 DEFAULT_MAX_RECONSUME_TIMES = 16  # DefaultMQPushConsumer.getMaxReconsumeTimes() when unset (-1)
@@ -48,7 +48,7 @@ def send_message_back(remoting: RemotingClient, address: str, commit_log_offset:
                       timeout: Optional[float] = None) -> None:
     """Send one message back to the broker at ``address`` (the broker that stored it: the
     offset is that broker's commit-log offset). Raises the typed
-    :class:`~.errors.ResponseError` when the broker refuses (Java's MQBrokerException), e.g.
+    :class:`~..errors.ResponseError` when the broker refuses (Java's MQBrokerException), e.g.
     SUBSCRIPTION_GROUP_NOT_EXIST, NO_PERMISSION or SYSTEM_ERROR "look message by offset
     failed"; the Java client then sends the message to the retry topic itself."""
     cmd = send_back_command(commit_log_offset, group, delay_level, origin_msg_id,

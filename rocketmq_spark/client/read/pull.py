@@ -7,12 +7,12 @@ import re
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional, Set, Tuple
 
-from .errors import AuthError, ResponseError, RocketMQError, RouteNotFound
-from .protocol.codes import (
+from ..errors import AuthError, ResponseError, RocketMQError, RouteNotFound
+from ..protocol.codes import (
     PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND, ResponseCode,
 )
-from .protocol.frame import RemotingCommand
-from .protocol.route import MessageQueue
+from ..protocol.frame import RemotingCommand
+from ..protocol.route import MessageQueue
 
 _log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ def pull_result(response: RemotingCommand, request: str = "PULL_MESSAGE",
             remark=response.remark or "",
             offset_delta=_long(fields, "offsetDelta"))
     except ValueError as exc:
-        from .errors import ProtocolError
+        from ..errors import ProtocolError
 
         raise ProtocolError(f"pull response from {address} has a non-numeric offset field: "
                             f"{exc}", None, "header") from None
@@ -187,7 +187,7 @@ def response_error(response: RemotingCommand, request: str, address: str) -> Res
 
 def is_transient(error: BaseException) -> bool:
     """Whether retrying later may succeed (as opposed to a request that can never work)."""
-    from .errors import ProxyError, RemotingConnectionError, RequestTimeout
+    from ..errors import ProxyError, RemotingConnectionError, RequestTimeout
 
     if isinstance(error, (RemotingConnectionError, RequestTimeout)):
         return True
@@ -210,7 +210,7 @@ def check_filter_support(brokers, queues: Mapping[str, MessageQueue], consumer_g
     refuses SQL92 fails the query on the driver, not in its tasks. Raises
     :class:`~.pull.FilterNotSupportedError`; any other fault is left for the reads to meet.
     A broker that accepted is not asked again in this process. ``brokers``: a
-    :class:`~.broker.BrokerClient`."""
+    :class:`~..broker.BrokerClient`."""
     if expression_type.upper() == TAG_TYPE:
         return
     for address, mq in sorted(queues.items()):

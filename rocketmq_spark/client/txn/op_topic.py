@@ -21,12 +21,12 @@ from __future__ import annotations
 import logging
 from typing import Dict, List, Set, Tuple
 
-from ..client.errors import ResponseError, RocketMQError
-from ..client.protocol.codes import ResponseCode
-from ..client.protocol.message import decode_messages
-from ..client.pull import PullRequest, PullStatus
-from ..client.remoting import RemotingClient
-from ..client.transaction import OP_TOPIC
+from ..errors import ResponseError, RocketMQError
+from ..protocol.codes import ResponseCode
+from ..protocol.message import decode_messages
+from ..read.pull import PullRequest, PullStatus
+from ..remoting import RemotingClient
+from .transaction import OP_TOPIC
 
 log = logging.getLogger(__name__)
 OP_LOOKUP_GROUP = "spark-rocketmq-sink-op-lookup"
@@ -67,7 +67,7 @@ class OpTopic:
     """Which half offsets a broker has settled, read incrementally from its op topic."""
 
     def __init__(self, remoting: RemotingClient):
-        from ..client.broker import BrokerClient
+        from ..broker import BrokerClient
 
         self.brokers = BrokerClient(remoting)
         # check-backs answered COMMIT: uniq key -> (the copy's half offset, when); a 5.1+
@@ -78,7 +78,7 @@ class OpTopic:
         self._next: Dict[str, int] = {}
 
     def max_offset(self, address: str) -> int:
-        from ..client.protocol.route import MessageQueue
+        from ..protocol.route import MessageQueue
 
         try:
             return self.brokers.get_max_offset(address, MessageQueue(OP_TOPIC, "", 0),

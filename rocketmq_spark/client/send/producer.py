@@ -1,6 +1,6 @@
 """A producer: single and batch sends, queue choice, topic auto-creation through TBW102.
 
-Big volumes go through :meth:`Producer.send_many` (or a :class:`~.send_pipeline.SendPipeline` fed
+Big volumes go through :meth:`Producer.send_many` (or a :class:`~.pipeline.SendPipeline` fed
 with :class:`EncodedRequest` payloads, as the Spark sink does): batches of one queue each,
 several requests in flight per broker, retries on another broker.
 """
@@ -15,20 +15,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from .broker import BrokerClient, SendResponse, send_command
-from .config import ClientConfig
-from .errors import BrokerUnavailable, RocketMQError, RouteNotFound
-from .nameserver import NameServerClient
+from ..broker import BrokerClient, SendResponse, send_command
+from ..config import ClientConfig
+from ..errors import BrokerUnavailable, RocketMQError, RouteNotFound
+from ..nameserver import NameServerClient
 from .backpressure import DEFAULT_BUSY_TIMEOUT, BusyClock, BusyLog, SendWindow, is_busy
-from .send_pipeline import SEND_OK, BrokerStayedBusy, Outgoing, SendPipeline
-from .protocol import properties
-from .protocol.message import (
+from .pipeline import SEND_OK, BrokerStayedBusy, Outgoing, SendPipeline
+from ..protocol import properties
+from ..protocol.message import (
     COMPRESSION_ZLIB, BatchEntry, compress_body, encode_batch, new_uniq_key,
 )
-from .protocol.codes import DEFAULT_TOPIC, SEND_V2_KEYS
-from .protocol.route import MessageQueue, TopicRouteData
-from .pull import is_transient
-from .remoting import RemotingClient
+from ..protocol.codes import DEFAULT_TOPIC, SEND_V2_KEYS
+from ..protocol.route import MessageQueue, TopicRouteData
+from ..read.pull import is_transient
+from ..remoting import RemotingClient
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class SendResult:
 class EncodedRequest:
     """A send request's body and header fields, ready for any queue of its topic.
 
-    ``batch``: ``body`` is a SEND_BATCH_MESSAGE body (:func:`~.protocol.message.encode_batch`)
+    ``batch``: ``body`` is a SEND_BATCH_MESSAGE body (:func:`~..protocol.message.encode_batch`)
     and ``properties`` the batch header's (WAIT only: a header UNIQ_KEY would override every
     message's own). Otherwise ``body`` is one message's and ``properties`` its own.
     ``sys_flag`` carries the compression bits (for a batch: of every message in it)."""
@@ -312,7 +312,7 @@ class Producer:
                 default_topic_queue_nums=self.default_topic_queue_nums,
                 messages=[(b, p.decode("utf-8"), run.sys_flag, run.flag)
                           for b, p in zip(bodies, props)])
-        from .protocol.spliced_requests import RequestTemplate, buffer_of
+        from ..protocol.spliced_requests import RequestTemplate, buffer_of
 
         template = send_command(queue.broker_name, group, queue.topic, queue.queue_id, b"", "",
                                 run.sys_flag, run.flag, born, self.default_topic_queue_nums)
@@ -324,7 +324,7 @@ class Producer:
 
     def finish(self, handle: Any, timeout: float) -> List[SendResult]:
         """The answer to a request :meth:`start` sent (an :class:`EncodedRequest`; a run's
-        answers are collected by its sender, see :func:`~.transaction.collect_half_answers`);
+        answers are collected by its sender, see :func:`~..txn.transaction.collect_half_answers`);
         raises for a refusal or a lost connection."""
         address, pending, queue, first_id = handle
         if isinstance(first_id, list):
@@ -422,7 +422,7 @@ class Producer:
         ``SelectMessageQueueByHash``), in order; messages with a ``delay_level`` are sent one
         by one (brokers refuse delayed messages in a batch). Returns one result per request,
         in the order they were acknowledged. A request that cannot be acknowledged raises
-        :class:`~.send_pipeline.SendFailed`; the ones already acknowledged stay sent."""
+        :class:`~.pipeline.SendFailed`; the ones already acknowledged stay sent."""
         results: List[SendResult] = []
         pipeline = self.pipeline(max_in_flight_per_broker=in_flight,
                                  on_result=lambda item, queue, rs: results.extend(rs))

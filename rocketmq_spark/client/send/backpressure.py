@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
-from .errors import ProxyError, ResponseError, RocketMQError
+from ..errors import ProxyError, ResponseError, RocketMQError
 
 log = logging.getLogger(__name__)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import logging
 from typing import Callable, Dict, List, Tuple
 
-from ..client.admin import Admin
-from ..client.errors import RocketMQError
-from ..client.protocol.route import MessageQueue
+from ..admin import Admin
+from ..errors import RocketMQError
+from ..protocol.route import MessageQueue
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import bisect
 import hashlib
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
-from ..client.protocol.route import MessageQueue
+from ..protocol.route import MessageQueue
 
 AVERAGELY = "averagely"
 AVERAGELY_BY_CIRCLE = "averagelyByCircle"

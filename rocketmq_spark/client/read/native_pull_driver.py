@@ -12,10 +12,10 @@ import os
 import ssl
 from typing import Any, Optional, Tuple
 
-from .connection import Connection
-from .errors import RequestTimeout
-from .protocol.frame import RemotingCommand
-from .transport import error_reason
+from ..connection import Connection
+from ..errors import RequestTimeout
+from ..protocol.frame import RemotingCommand
+from ..transport import error_reason
 
 # What the native pull loop's run() returns (native/client/rmq_pull.c).
 PULL_BATCH, PULL_END, PULL_RESPONSE, PULL_FOREIGN, PULL_TIMEOUT, PULL_CLOSED, PULL_ERROR, \

@@ -24,7 +24,7 @@ Spark kills the runner instead of calling ``stop()`` most of the time, usually w
 so the member leaves from a SIGTERM handler too; when the runner dies without one, the broker
 drops the member as soon as its connection closes.
 
-The requests of a round (heartbeat, member list, locks) are in :mod:`.group_requests`.
+The requests of a round (heartbeat, member list, locks) are in :mod:`.requests`.
 """
 from __future__ import annotations
 
@@ -36,16 +36,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
-from ..client.admin import Admin
-from ..client.config import ClientConfig
-from ..client.errors import RocketMQError
-from ..client.namespace import RETRY_PREFIX
-from ..client.protocol.codes import RequestCode, ResponseCode
-from ..client.protocol.frame import RemotingCommand
-from ..client.protocol.route import MessageQueue
-from ..client.remoting import RemotingClient
+from ..admin import Admin
+from ..config import ClientConfig
+from ..errors import RocketMQError
+from ..namespace import RETRY_PREFIX
+from ..protocol.codes import RequestCode, ResponseCode
+from ..protocol.frame import RemotingCommand
+from ..protocol.route import MessageQueue
+from ..remoting import RemotingClient
 from .allocation import allocate
-from .group_requests import (
+from .requests import (
     broker_nodes, heartbeat, list_members, lock_queues, master_addresses, member_client_id,
     member_subscriptions, subscribed_queues, unlock_queues,
 )
