@@ -33,8 +33,9 @@ GROUP_NAME = re.compile(rf"^[{NAME_CHARS}]{{1,255}}$")
 @dataclass(frozen=True)
 class Option:
     """One option. ``field``: the attribute of the parsed options it fills (None: a rule of
-    the source or sink reads it). ``shown_default``: the README's default column, where the
-    value alone does not say it ("required", "unlimited")."""
+    the source or sink reads it, or it is a connection option, whose ``setting`` names the
+    :class:`ConnectionSettings` attribute it fills). ``shown_default``: the README's default
+    column, where the value alone does not say it ("required", "unlimited")."""
 
     name: str
     field: Optional[str]
@@ -42,6 +43,7 @@ class Option:
     default: Any
     doc: str
     shown_default: Optional[str] = None
+    setting: Optional[str] = None  # the ConnectionSettings attribute a connection option fills
 
     @property
     def default_text(self) -> str:
@@ -181,20 +183,74 @@ def name_server_list(name: str, value: str) -> Tuple[str, ...]:
         raise OptionError(f"option {name}: {exc}") from None
 
 
-# ------------------------------------------------------------------------- the connection
+def endpoint_list(name: str, value: str) -> str:
+    endpoints = value.strip()
+    for item in endpoints.replace(",", ";").split(";"):
+        host, sep, port = item.strip().rpartition(":")
+        if item.strip() and (not sep or not host or not port.isdigit()):
+            raise OptionError(f"option {name}: {item.strip()!r} is not host:port")
+    return endpoints
 
-NAME_SERVER = Option("nameServer", "name_servers", name_server_list, (),
+
+# ------------------------------------------------------------------------- the connection
+# Declared once for the source, the sink and the lag listener; parsed into one
+# ConnectionSettings by connection_settings (accessKey and secretKey: parse_credentials).
+
+NAME_SERVER = Option("nameServer", None, name_server_list, (),
                      "name server(s), host:port;host:port, tried in turn",
-                     shown_default="required")
+                     shown_default="required", setting="name_servers")
 ACCESS_KEY = Option("accessKey", None, text, None, "ACL access key (with secretKey)")
 SECRET_KEY = Option("secretKey", None, text, None, "ACL secret key; never logged or shown")
-TLS = Option("tls", "tls", boolean, False, "TLS to name servers and brokers")
-TLS_CA_FILE = Option("tlsCaFile", "tls_ca_file", optional_text, None,
-                     "CA certificates (PEM) to trust", shown_default="system CAs")
-TLS_VERIFY = Option("tlsVerify", "tls_verify", boolean, True,
-                    "false trusts any certificate, like RocketMQ's test mode")
-CONNECTION = (NAME_SERVER, ACCESS_KEY, SECRET_KEY, TLS, TLS_CA_FILE, TLS_VERIFY)
+TLS = Option("tls", None, boolean, False, "TLS to name servers and brokers", setting="tls")
+TLS_CA_FILE = Option("tlsCaFile", None, optional_text, None,
+                     "CA certificates (PEM) to trust", shown_default="system CAs",
+                     setting="tls_ca_file")
+TLS_VERIFY = Option("tlsVerify", None, boolean, True,
+                    "false trusts any certificate, like RocketMQ's test mode",
+                    setting="tls_verify")
+NAMESPACE = Option("namespace", None, namespace_option, "",
+                   "the namespace of topics and groups (namespace%name on the wire)",
+                   setting="namespace")
+CONNECTION = (NAME_SERVER, ACCESS_KEY, SECRET_KEY, TLS, TLS_CA_FILE, TLS_VERIFY, NAMESPACE)
+# The sink's alternative to nameServer (the source reads through name servers only).
+ENDPOINTS = Option("endpoints", None, endpoint_list, None,
+                   "a 5.x proxy's gRPC endpoint instead of nameServer", setting="endpoints")
 CONNECTION_TABLE = OptionTable("a rocketmq connection", CONNECTION)
+
+
+class ConnectionFields:
+    """The connection settings' fields read through parsed options (``options.tls``...);
+    the options dataclass holds them once, as its ``connection``."""
+
+    connection: ConnectionSettings
+
+    @property
+    def name_servers(self) -> Tuple[str, ...]:
+        return self.connection.name_servers
+
+    @property
+    def endpoints(self) -> Optional[str]:
+        return self.connection.endpoints
+
+    @property
+    def credentials(self) -> Optional[Credentials]:
+        return self.connection.credentials
+
+    @property
+    def tls(self) -> bool:
+        return self.connection.tls
+
+    @property
+    def tls_ca_file(self) -> Optional[str]:
+        return self.connection.tls_ca_file
+
+    @property
+    def tls_verify(self) -> bool:
+        return self.connection.tls_verify
+
+    @property
+    def namespace(self) -> str:
+        return self.connection.namespace
 
 
 def require_name_server(given: Mapping[str, str], what: str = "") -> None:
@@ -215,11 +271,20 @@ def parse_credentials(given: Mapping[str, str]) -> Optional[Credentials]:
     return Credentials(given["accesskey"], given["secretkey"])
 
 
+def connection_settings(values: Mapping[str, Any], given: Mapping[str, str], timeout: float,
+                        tls_default: bool = False) -> ConnectionSettings:
+    """The connection options among ``values`` (parsed, by option name) and ``given`` (the
+    raw ones, by lower-case name: the credentials) as settings; ``timeout`` in seconds."""
+    kw = {o.setting: values[o.name] for o in CONNECTION + (ENDPOINTS,)
+          if o.setting and o.name in values}
+    kw.setdefault("tls", tls_default)
+    return ConnectionSettings(credentials=parse_credentials(given), timeout=timeout, **kw)
+
+
 def parse_connection_settings(raw: Mapping[str, str], what: str = "") -> ConnectionSettings:
     """The connection options of ``raw`` (any others are left alone) as settings."""
-    given = {k: v for k, v in ((str(k).lower(), str(v)) for k, v in raw.items())
-             if k in {o.name.lower() for o in CONNECTION}}
+    names = {o.name.lower() for o in CONNECTION}
+    given = {k: v for k, v in ((str(k).lower(), str(v)) for k, v in raw.items()) if k in names}
     require_name_server(given, what)
-    values = CONNECTION_TABLE.fields(CONNECTION_TABLE.parse(given))
-    return ConnectionSettings(values["name_servers"], parse_credentials(given), values["tls"],
-                              values.get("tls_ca_file"), values["tls_verify"])
+    return connection_settings(CONNECTION_TABLE.parse(given), given,
+                               ConnectionSettings.timeout)

@@ -13,6 +13,8 @@ import hashlib
 import hmac
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from .secret_repr import described
+
 ACCESS_KEY = "AccessKey"
 SIGNATURE = "Signature"
 SECURITY_TOKEN = "SecurityToken"
@@ -21,7 +23,8 @@ UNSIGNED_FIELDS = frozenset({SIGNATURE, "_UNIQUE_KEY_QUERY"})
 
 
 class Credentials:
-    """An access key and its secret. Safe to log: ``repr`` shows neither."""
+    """An access key and its secret (and maybe a security token). Safe to log: ``repr``
+    shows none of them (:mod:`.secret_repr`)."""
 
     __slots__ = ("access_key", "_secret", "security_token")
 
@@ -33,7 +36,9 @@ class Credentials:
         self.security_token = security_token
 
     def __repr__(self) -> str:
-        return "Credentials(access_key=<hidden>, secret_key=<hidden>)"
+        return described("Credentials", (("access_key", self.access_key, True),
+                                         ("secret_key", self._secret, True),
+                                         ("security_token", self.security_token, True)))
 
     __str__ = __repr__
 

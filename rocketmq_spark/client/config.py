@@ -10,6 +10,7 @@ from typing import List, Optional, Sequence, Union
 
 from .acl import Credentials
 from .protocol.codes import CLIENT_VERSION
+from .secret_repr import HidesSecrets, secret_field
 
 
 def _default_client_id() -> str:
@@ -33,11 +34,11 @@ def make_tls_context(ca_file: Optional[str] = None, verify: bool = True,
     return context
 
 
-@dataclass(frozen=True)
-class ClientConfig:
-    """How to reach and identify to RocketMQ. Safe to log: credentials hide their secret."""
+@dataclass(frozen=True, repr=False)
+class ClientConfig(HidesSecrets):
+    """How to reach and identify to RocketMQ. Safe to log: the credentials never show."""
 
-    credentials: Optional[Credentials] = None
+    credentials: Optional[Credentials] = secret_field()
     tls: Optional[ssl.SSLContext] = field(default=None, compare=False)
     connect_timeout: float = 3.0
     request_timeout: float = 5.0

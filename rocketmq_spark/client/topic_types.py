@@ -11,6 +11,7 @@ import json
 from typing import Dict, Optional
 
 from .errors import ProtocolError, RocketMQError
+from .masters import masters
 from .nameserver import NameServerClient
 from .protocol.codes import ResponseCode
 from .protocol.frame import RemotingCommand
@@ -41,12 +42,9 @@ def published_types(remoting: RemotingClient, names: NameServerClient,
     """Broker name -> the type its master publishes for ``topic`` (None: none published or
     not reachable now; the write says so when it sends)."""
     types: Dict[str, Optional[str]] = {}
-    for broker in names.route(topic).broker_datas:
-        address = broker.master_addr
-        if address is None:
-            continue
+    for broker_name, address in masters((names.route(topic),)).items():
         try:
-            types[broker.broker_name] = broker_topic_type(remoting, address, topic)
+            types[broker_name] = broker_topic_type(remoting, address, topic)
         except RocketMQError:
-            types[broker.broker_name] = None
+            types[broker_name] = None
     return types

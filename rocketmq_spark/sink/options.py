@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from ..client.acl import Credentials
 from ..client.namespace import wrap, wrapped_name_problem
 from ..client.send.pipeline import SEND_OK, SEND_STATUSES
 from ..client.send.producer import MAX_MESSAGE_SIZE
@@ -19,8 +18,8 @@ from ..storage import StorageOptions
 from ..storage.options import PREFIX as STORAGE_PREFIX
 from .send_back_options import check_send_back_options
 from ..options import (
-    CONNECTION, Option, OptionError, OptionTable, choice, group_name, integer, namespace_option,
-    parse_credentials, require_name_server, topic_name,
+    CONNECTION, ENDPOINTS, ConnectionFields, Option, OptionError, OptionTable, choice,
+    connection_settings, group_name, integer, require_name_server, topic_name,
 )
 
 DEFAULT_BATCH_BYTES = 1024 * 1024
@@ -31,23 +30,19 @@ EXACTLY_ONCE = "exactlyOnce"
 
 
 @dataclass(frozen=True)
-class SinkOptions:
+class SinkOptions(ConnectionFields):
     """What ``df.write`` / ``writeStream`` with ``format("rocketmq")`` was asked to do.
 
-    ``name_servers`` (remoting) or ``endpoints`` (a 5.x proxy, gRPC): exactly one is set.
+    ``connection``: ``name_servers`` (remoting) or ``endpoints`` (a 5.x proxy, gRPC), exactly
+    one set, credentials, TLS, namespace and ``sendTimeoutMs`` (read through
+    :class:`ConnectionFields` too: ``options.tls``...); the key of the shared producers.
     ``topic``: the topic of rows without a ``topic`` column value, as given (``namespace``
     puts it and the ``topic`` column's values into the namespace when they are sent).
     ``compress_over``: bodies of this many bytes or more are zlib-compressed (-1: never)."""
 
-    name_servers: Tuple[str, ...] = ()
-    endpoints: Optional[str] = None
+    connection: ConnectionSettings = field(default_factory=ConnectionSettings)
     topic: Optional[str] = None
-    namespace: str = ""
     producer_group: Optional[str] = None
-    credentials: Optional[Credentials] = field(default=None, repr=False)
-    tls: bool = False
-    tls_ca_file: Optional[str] = None
-    tls_verify: bool = True
     send_timeout_ms: int = 5000
     retries: int = 2
     compress_over: int = 4096
@@ -73,29 +68,11 @@ class SinkOptions:
     def transport(self) -> str:
         return "grpc" if self.endpoints else "remoting"
 
-    def connection(self) -> ConnectionSettings:
-        """The remoting connection settings (the client pool's key)."""
-        return ConnectionSettings(self.name_servers, self.credentials, self.tls,
-                                  self.tls_ca_file, self.tls_verify,
-                                  max(3.0, self.send_timeout_ms / 1000.0))
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items() if k != "credentials")
-        return f"SinkOptions({shown}, credentials={'<set>' if self.credentials else None})"
-
-
-def _endpoints(name: str, value: str) -> str:
-    endpoints = value.strip()
-    for item in endpoints.replace(",", ";").split(";"):
-        host, sep, port = item.strip().rpartition(":")
-        if item.strip() and (not sep or not host or not port.isdigit()):
-            raise OptionError(f"option {name}: {item.strip()!r} is not host:port")
-    return endpoints
 
 
 def _names_fit(kw: Mapping[str, Any]) -> None:
     """The topic and producer group still fit RocketMQ's limits once in the namespace."""
-    namespace = kw.get("namespace") or ""
+    namespace = kw["connection"].namespace
     for option, name, kind in (("topic", kw.get("topic"), "topic"),
                                ("producerGroup", kw.get("producer_group"), "group")):
         problem = name and wrapped_name_problem(wrap(namespace, name), kind)
@@ -113,11 +90,8 @@ def _send_statuses(name: str, value: str) -> Tuple[str, ...]:
 
 
 SINK_OPTIONS = OptionTable("the rocketmq sink", CONNECTION + (
-    Option("endpoints", "endpoints", _endpoints, None,
-           "a 5.x proxy's gRPC endpoint instead of nameServer"),
+    ENDPOINTS,
     Option("topic", "topic", topic_name, None, "the topic of rows without a topic value"),
-    Option("namespace", "namespace", namespace_option, "",
-           "the namespace of the topics and the producer group (namespace%name on the wire)"),
     Option("producerGroup", "producer_group", group_name, None,
            "the producer group sent with each request",
            shown_default="spark-rocketmq-sink-<query name or id> for streams, "
@@ -165,8 +139,8 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
              if k not in ("nameserver", "endpoints") or v.strip()}
     values = SINK_OPTIONS.parse(given)
     kw: Dict[str, Any] = SINK_OPTIONS.fields(values)
-    kw["credentials"] = parse_credentials(given)
-    kw["tls"] = values.get("tls", has_ep)  # a proxy speaks TLS unless told otherwise
+    kw["connection"] = connection_settings(  # a proxy speaks TLS unless told otherwise
+        values, given, kw["send_timeout_ms"] / 1000.0, tls_default=has_ep)
     if values.get("deliveryGuarantee") == EXACTLY_ONCE and has_ep:
         raise OptionError("option deliveryGuarantee=exactlyOnce works over RocketMQ's "
                           "remoting protocol (nameServer) only: this sink does not speak a 5.x "

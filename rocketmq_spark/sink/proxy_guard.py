@@ -29,7 +29,7 @@ def proxies_among_name_servers(options: SinkOptions) -> List[str]:
     """The ``nameServer`` addresses that are a 5.x proxy's remoting port (asked once)."""
     if not options.name_servers:
         return []
-    remoting = RemotingClient(options.connection().client_config())
+    remoting = RemotingClient(options.connection.client_config())
     try:
         for address in parse_name_servers(list(options.name_servers)):
             names = NameServerClient(address, remoting)

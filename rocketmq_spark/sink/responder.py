@@ -112,7 +112,7 @@ def _answer_while_needed(config: dict, commit_log: CommitLog, lease: Lease,
     jvm = int(config["jvmPid"])
     idle_limit = float(config.get("idleLimitS", IDLE_LIMIT_S))
     options = parse_sink_options(config["options"])
-    settings = options.connection()
+    settings = options.connection
     lookups = RemotingClient(settings.client_config())
     ops = OpTopic(lookups)
     query_id = config["queryId"]

@@ -31,11 +31,11 @@ def check_send_back_options(given: Mapping[str, str], kw: Dict[str, Any]) -> Non
                           "RocketMQ stores a message sent back (CONSUMER_SEND_MSG_BACK) at "
                           "once, outside any transaction, so a task Spark runs again sends "
                           "its rows back again (at least once)")
-    if kw.get("endpoints"):
+    if kw["connection"].endpoints:
         raise OptionError("option sendBack works over RocketMQ's remoting protocol "
                           "(nameServer) only: a 5.x proxy's gRPC API has no "
                           "CONSUMER_SEND_MSG_BACK. Use nameServer")
-    namespace = kw.get("namespace") or ""
+    namespace = kw["connection"].namespace
     for name, kind in ((wrap(namespace, group), "group"),
                        (retry_topic(namespace, group), "topic")):
         problem = wrapped_name_problem(name, kind)

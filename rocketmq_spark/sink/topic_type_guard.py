@@ -51,7 +51,7 @@ def check_topic_type(options: SinkOptions, plan: ColumnPlan) -> None:
         return
     wanted, why = need
     topic = wrap(options.namespace, options.topic)
-    remoting = RemotingClient(options.connection().client_config())
+    remoting = RemotingClient(options.connection.client_config())
     try:
         names = NameServerClient(list(options.name_servers), remoting)
         types = published_types(remoting, names, topic)

@@ -34,7 +34,7 @@ from ..client.admin import LOOKUP_GROUP, Admin
 from ..client.namespace import wrap
 from ..client.errors import RocketMQError
 from ..client.protocol.route import MessageQueue
-from ..options import namespace_option, parse_connection_settings
+from ..options import parse_connection_settings
 from ..spark_compat import REPORTS_LATEST_OFFSET
 from .namespacing import queue_key_without_namespace
 from .offsets import queue_offsets
@@ -132,8 +132,7 @@ class RocketMQLagListener(StreamingQueryListener):
                  latest_from_broker: Optional[bool] = None):
         self._settings = parse_connection_settings(
             options, " (RocketMQLagListener: pass the options the query's reader was given)")
-        given = {str(k).lower(): str(v) for k, v in options.items()}
-        self._namespace = namespace_option("namespace", given.get("namespace", ""))
+        self._namespace = self._settings.namespace
         self._latest_from_broker = latest_from_broker  # None: decided at the first progress
         self._time_lag = time_lag
         self._history = history

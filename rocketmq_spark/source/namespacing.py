@@ -38,9 +38,10 @@ def _queues(namespace: str, queues: Mapping[MessageQueue, Any], option: str
 
 def wire_names(kw: Dict[str, Any]) -> None:
     """Put the names of the parsed source options ``kw`` (the SourceOptions fields) into
-    ``kw["namespace"]``, in place; nothing changes without a namespace. Names already in the
-    namespace stay as they are, so the checkpoint's own ``ns%T/broker/0`` keys may be given."""
-    namespace = kw.get("namespace") or ""
+    the namespace of ``kw["connection"]``, in place; nothing changes without a namespace. Names
+    already in the namespace stay as they are, so the checkpoint's own ``ns%T/broker/0`` keys
+    may be given."""
+    namespace = kw["connection"].namespace
     if not namespace:
         return
     kw["topics"] = tuple(dict.fromkeys(_topic(namespace, t, "subscribe")

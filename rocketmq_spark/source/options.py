@@ -17,14 +17,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from ..client.acl import Credentials
 from ..client.namespace import RETRY_PREFIX
 from ..client.protocol.properties import split_tags_expression
 from ..client.protocol.route import MessageQueue
+from ..client.settings import ConnectionSettings
 from ..options import (
-    CONNECTION, Option, OptionError, OptionTable, boolean, check_topic, choice, comma_list,
-    group_name, integer, namespace_option, parse_credentials, parse_int, require_name_server,
-    text,
+    CONNECTION, ConnectionFields, Option, OptionError, OptionTable, boolean, check_topic,
+    choice, comma_list, connection_settings, group_name, integer, parse_int,
+    require_name_server, text,
 )
 from ..client.group.allocation import MACHINE_ROOM, STRATEGIES
 from .namespacing import wire_names
@@ -53,17 +53,18 @@ DEFAULT_GROUP = "spark-rocketmq-source"
 
 
 @dataclass(frozen=True)
-class SourceOptions:
+class SourceOptions(ConnectionFields):
     """What ``spark.read`` / ``readStream`` with ``format("rocketmq")`` was asked to do, as
-    :func:`parse_source_options` checked it (the options are :data:`SOURCE_OPTIONS`)."""
+    :func:`parse_source_options` checked it (the options are :data:`SOURCE_OPTIONS`).
+    ``connection``: name servers, credentials, TLS and namespace (read through
+    :class:`ConnectionFields` too: ``options.namespace``...); its ``repr`` hides the keys."""
 
-    name_servers: Tuple[str, ...]
+    connection: ConnectionSettings
     topics: Tuple[str, ...] = ()
     topic_pattern: Optional[str] = None
     assigned: Tuple[MessageQueue, ...] = ()
     consumer_group: str = DEFAULT_GROUP
     group_given: bool = False
-    namespace: str = ""
     starting: Bound = Bound("latest")
     ending: Bound = Bound("latest")
     fail_on_data_loss: bool = True
@@ -76,10 +77,6 @@ class SourceOptions:
     filter_type: str = "TAG"
     filter_version: int = 0  # SQL92: when the driver built the subscription (ms), as subVersion
     include_properties: bool = False
-    credentials: Optional[Credentials] = field(default=None, repr=False)
-    tls: bool = False
-    tls_ca_file: Optional[str] = None
-    tls_verify: bool = True
     commit_offsets: bool = True
     offsets_refresh_interval_ms: int = 250
     verify_crc: bool = True
@@ -117,11 +114,6 @@ class SourceOptions:
     @property
     def tags(self) -> List[str]:
         return split_tags_expression(self.filter) if self.filter_type == "TAG" else []
-
-    def __repr__(self) -> str:
-        # Neither key is shown (the access key is a credential too): only whether they are set.
-        shown = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items() if k != "credentials")
-        return f"SourceOptions({shown}, credentials={'<set>' if self.credentials else None})"
 
 
 # ----------------------------------------------------------------------------------- parsing
@@ -278,8 +270,6 @@ SOURCE_OPTIONS = OptionTable("the rocketmq source", CONNECTION + (
            shown_default="exactly one"),
     Option("consumerGroup", "consumer_group", group_name, DEFAULT_GROUP,
            "the group pulls name; offsets are read and committed only for a group given"),
-    Option("namespace", "namespace", namespace_option, "",
-           "the namespace of topics and groups (namespace%name on the wire)"),
     Option("startingOffsets", "starting", _positions("earliest", "latest", "group"), None,
            "earliest, latest, group or JSON per queue",
            shown_default="latest (stream), earliest (batch)"),
@@ -340,7 +330,7 @@ def parse_source_options(raw: Mapping[str, str], streaming: bool) -> SourceOptio
     values = SOURCE_OPTIONS.parse(given)
     kw = SOURCE_OPTIONS.fields(values)
     kw["group_given"] = "consumerGroup" in values
-    kw["credentials"] = parse_credentials(given)
+    kw["connection"] = connection_settings(values, given, kw["pull_timeout_ms"] / 1000.0)
     _bounds(values, kw, streaming)
     if "maxMessagesPerTrigger" in values and not streaming:
         raise OptionError("option maxMessagesPerTrigger is for streaming queries")

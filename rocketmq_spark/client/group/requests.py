@@ -14,6 +14,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 from ..admin import Admin
 from ..broker import Subscription
 from ..errors import RocketMQError, RouteNotFound
+from ..masters import masters
 from ..namespace import RETRY_PREFIX
 from ..protocol.codes import PERM_READ
 from ..protocol.route import MessageQueue
@@ -61,12 +62,7 @@ def broker_nodes(admin: Admin, topics: Iterable[str]) -> Dict[str, List[str]]:
 def master_addresses(admin: Admin, topics: Iterable[str]) -> Dict[str, str]:
     """broker name -> master address, over the routes of ``topics`` (cached by the admin):
     where queue locks are taken (a broker whose master is down has no entry)."""
-    addresses: Dict[str, str] = {}
-    for topic in topics:
-        for broker in admin.names.route(topic).broker_datas:
-            if broker.master_addr:
-                addresses[broker.broker_name] = broker.master_addr
-    return addresses
+    return masters(admin.names.route(topic) for topic in topics)
 
 
 def member_subscriptions(group: str, topics: Iterable[str], expression: str,
