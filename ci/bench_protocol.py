@@ -148,7 +148,7 @@ def our_loop_only(namesrv: str, topic: str, pull_batch_size: int, config: Client
     bodies are dropped (``clear()``) instead of decoded."""
     from rocketmq_spark.client.read.native_pull import make_puller
     from rocketmq_spark.client.read.native_pull_driver import PULL_RESPONSE, run_puller
-    from rocketmq_spark.client.read.pull import PullRequest
+    from rocketmq_spark.client.pull import PullRequest
 
     with Admin(namesrv, config=config) as admin:
         queues = admin.queues(topic)

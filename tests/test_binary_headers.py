@@ -28,7 +28,7 @@ from rocketmq_spark.client.protocol.codes import RequestCode, SerializeType
 from rocketmq_spark.client.protocol.frame import (
     RemotingCommand, decode_frame, decode_payload, encode_frame,
 )
-from rocketmq_spark.client.read.pull import pull_result
+from rocketmq_spark.client.pull import pull_result
 
 from raw_client import RawClient  # noqa: E402  (tests/ is on sys.path)
 
@@ -69,7 +69,7 @@ def test_the_readers_requests_on_the_wire():
     """The native loop's requests: a ROCKETMQ header, language PYTHON, version 409, every pull
     field as a string, maxMsgNums and queueOffset patched per request."""
     from rocketmq_spark.client.read.native_pull import pull_template
-    from rocketmq_spark.client.read.pull import PullRequest
+    from rocketmq_spark.client.pull import PullRequest
 
     request = PullRequest("G", "T", 3, 0, broker_name="broker-a", max_msg_nums=32)
     frame = pull_template(request)

@@ -174,7 +174,7 @@ def test_sigterm_leaves_the_group_commits_and_unlocks(cluster, tmp_path):
 import sys, json, time
 sys.path.insert(0, {str(HERE)!r})
 from test_group_member import make_member
-from rocketmq_spark.client.read.pull import PullRequest
+from rocketmq_spark.client.pull import PullRequest
 m = make_member({cluster.namesrv_addr!r}, {group!r}, "MemberT", "term", lock_queues=True)
 m.start()
 entered = m.apply_allocation({{}}).entering

@@ -22,7 +22,7 @@ from rocketmq_spark.client.errors import (
 )
 from rocketmq_spark.client.grpc import GrpcProducer
 from rocketmq_spark.client.protocol.route import MessageQueue
-from rocketmq_spark.client.read.pull import is_transient
+from rocketmq_spark.client.responses import is_transient
 from rocketmq_spark.embedded import EmbeddedCluster
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,7 +18,7 @@ from rocketmq_spark.client.grpc import auth, definition_pb2 as definition, servi
 from rocketmq_spark.client.grpc.endpoints import parse_endpoints
 from rocketmq_spark.client.grpc.queue_choice import consistent_hash
 from rocketmq_spark.client.grpc.status import check, rpc_error, status_error
-from rocketmq_spark.client.read.pull import is_transient
+from rocketmq_spark.client.responses import is_transient
 
 ROOT = Path(__file__).resolve().parent.parent
 

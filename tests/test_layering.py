@@ -8,8 +8,13 @@ Read from the source with ``ast`` (nothing is imported, so this is fast and sees
 * ``source/`` and ``sink/`` do not import each other;
 * ``storage/`` (what is kept under a checkpoint, for both) imports nothing above it;
 * nothing shipped imports ``embedded/`` (the test server) except ``demo.py``;
-* the modules of ``embedded/`` import one another without a cycle (broker -> handlers and
-  services -> records -> store).
+* inside ``client/``, the rooms (``read/``, ``send/``, ``txn/``, ``group/``, ``grpc/``,
+  ``filter/``) stand on the plumbing (``client/*.py``, ``protocol/``), which imports no room; a
+  room's modules are its own: another room imports only those :data:`ROOM_ARROWS` lists;
+* ``source/`` and ``sink/`` hold no wire protocol: no frames, request or answer codes, header
+  field names or sockets (those are the client's);
+* no module imports itself back, not even lazily or under ``TYPE_CHECKING`` (a type named
+  only to annotate belongs in a lower module).
 """
 from __future__ import annotations
 
@@ -145,3 +150,79 @@ def test_the_embedded_server_has_no_import_cycle():
     embedded = {module: {dep for dep in deps if _under(dep, "embedded")}
                 for module, deps in GRAPH.items() if _under(module, "embedded")}
     assert [" -> ".join(cycle) for cycle in _cycles(embedded)] == []
+
+
+def test_the_package_has_no_import_cycle():
+    assert [" -> ".join(cycle) for cycle in _cycles(GRAPH)] == []
+
+
+CLIENT = f"{PACKAGE}.client"
+ROOMS = ("read", "send", "txn", "group", "grpc", "filter")
+# room -> the other rooms' modules it may import. The gRPC producer is a producer: it takes
+# send/'s Message and gives its SendResult, and yields to busy brokers as send/ does.
+ROOM_ARROWS = {
+    "grpc": {"send.producer", "send.backpressure"},
+}
+
+
+def _room(module: str) -> str:
+    """The client room ``module`` belongs to; "" for the plumbing (and outside client/)."""
+    if not module.startswith(CLIENT + "."):
+        return ""
+    first = module[len(CLIENT) + 1:].split(".")[0]
+    return first if first in ROOMS else ""
+
+
+def test_the_client_plumbing_imports_no_room():
+    offenders = sorted(f"{module} imports {dep}" for module, deps in GRAPH.items()
+                       if _under(module, "client") and not _room(module)
+                       for dep in deps if _room(dep))
+    assert f"{CLIENT}.broker" in GRAPH and f"{CLIENT}.read.reader" in GRAPH
+    assert offenders == []
+
+
+def test_rooms_import_each_other_only_as_the_table_says():
+    offenders = []
+    for module, deps in GRAPH.items():
+        room = _room(module)
+        for dep in deps:
+            other = _room(dep)
+            if room and other and other != room and \
+                    dep[len(CLIENT) + 1:] not in ROOM_ARROWS.get(room, ()):
+                offenders.append(f"{module} imports {dep}")
+    assert sorted(offenders) == []
+
+
+# What is wire protocol: frames, request and answer codes, header field names (protocol.codes),
+# connections and sockets, and the broker client's request builders.
+WIRE_MODULES = {f"{CLIENT}.protocol.frame", f"{CLIENT}.protocol.codes", f"{CLIENT}.connection",
+                f"{CLIENT}.transport"}
+BROKER_CLIENT_NAMES = {"BrokerClient", "Subscription"}
+
+
+def _wire_imports(path: Path) -> List[str]:
+    """The wire modules ``path`` imports, and what it imports of the broker client other than
+    the client itself."""
+    found = [dep for dep in _imports(path) if dep in WIRE_MODULES]
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package.split(".")[:len(package.split(".")) - node.level + 1]
+            module = ".".join(base + ([node.module] if node.module else []))
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+        else:
+            continue
+        if module == f"{CLIENT}.broker":
+            found += [f"{module}.{a.name}" for a in node.names
+                      if a.name not in BROKER_CLIENT_NAMES]
+    return found
+
+
+@pytest.mark.parametrize("room", ["source", "sink"])
+def test_source_and_sink_hold_no_wire_protocol(room):
+    offenders = sorted(f"{_module_name(path)} imports {dep}"
+                       for path in sorted((ROOT / room).rglob("*.py"))
+                       for dep in _wire_imports(path))
+    assert offenders == []

@@ -42,7 +42,7 @@ from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.client.read.native_pull import build_puller, make_puller
 from rocketmq_spark.client.protocol.codes import RequestCode, SerializeType
 from rocketmq_spark.client.protocol.frame import RemotingCommand, decode_frame, encode_frame
-from rocketmq_spark.client.read.pull import PullRequest
+from rocketmq_spark.client.pull import PullRequest
 
 from test_pull_pipeline import (  # noqa: E402  (tests/ is on sys.path)
     assert_a_signal_interrupts, assert_loops_agree, assert_other_answers_reach_their_futures,

@@ -21,7 +21,7 @@ from rocketmq_spark.client.errors import ProtocolError
 from rocketmq_spark.client.read.native_pull import pull_template
 from rocketmq_spark.client.protocol.codes import RequestCode, SerializeType
 from rocketmq_spark.client.protocol.frame import RemotingCommand, decode_frame, encode_frame
-from rocketmq_spark.client.read.pull import PullRequest
+from rocketmq_spark.client.pull import PullRequest
 from rocketmq_spark.client.remoting import RemotingClient
 from rocketmq_spark.embedded import _native as embedded_native
 from rocketmq_spark.embedded.pull import handle_pull

@@ -100,7 +100,7 @@ def test_the_client_reads_every_genuine_5_1_4_pull_answer(frames):
     from rocketmq_spark.client.errors import ResponseError
     from rocketmq_spark.client.protocol.frame import decode_payload
     from rocketmq_spark.client.protocol.message import decode_messages
-    from rocketmq_spark.client.read.pull import PullStatus, pull_result
+    from rocketmq_spark.client.pull import PullStatus, pull_result
 
     statuses, messages = [], 0
     for f in frames.values():

@@ -23,7 +23,7 @@ from rocketmq_spark.client.acl import Credentials
 from rocketmq_spark.client.admin import Admin
 from rocketmq_spark.client.config import ClientConfig
 from rocketmq_spark.client.errors import AuthError
-from rocketmq_spark.client.read.pull import redact_remark
+from rocketmq_spark.client.responses import redact_remark
 from rocketmq_spark.source.batch_reader import RocketMQBatchReader
 from rocketmq_spark.source.connect import client_config
 from rocketmq_spark.source.options import OptionError, parse_source_options

@@ -23,7 +23,8 @@ import pytest
 from pyspark.sql.types import StringType, StructField, StructType
 
 from rocketmq_spark.client import Message, Producer
-from rocketmq_spark.client.send.backpressure import BusyLog, SendWindow, is_busy
+from rocketmq_spark.client.busy import is_busy
+from rocketmq_spark.client.send.backpressure import BusyLog, SendWindow
 from rocketmq_spark.client.errors import ProxyError, RequestTimeout, ResponseError
 from rocketmq_spark.client.send.producer import queue_for_key
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
@@ -35,8 +36,10 @@ from rocketmq_spark.client.txn.transaction import (
 from rocketmq_spark.sink.ids import TaskIdentity, message_id
 from rocketmq_spark.sink.options import parse_sink_options
 from rocketmq_spark.sink.schema import plan_columns
-from rocketmq_spark.sink.task import SinkWriteError, write_task
-from rocketmq_spark.sink.writer import _half_properties
+from rocketmq_spark.sink.exactly_once_task import (
+    half_message_properties as _half_properties, write_halves as write_task,
+)
+from rocketmq_spark.sink.task import SinkWriteError
 
 from broker_store import stored_messages
 from waiting import wait_until

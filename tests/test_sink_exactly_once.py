@@ -25,8 +25,10 @@ from rocketmq_spark.sink import exactly_once
 from rocketmq_spark.sink.ids import TaskIdentity
 from rocketmq_spark.sink.options import parse_sink_options
 from rocketmq_spark.sink.schema import plan_columns
-from rocketmq_spark.sink.task import write_task
-from rocketmq_spark.sink.writer import _half_properties, batch_writer, stream_writer
+from rocketmq_spark.sink.exactly_once_task import (
+    half_message_properties as _half_properties, write_halves as write_task,
+)
+from rocketmq_spark.sink.writer import batch_writer, stream_writer
 from source_helpers import produce
 from waiting import wait_until
 
@@ -41,7 +43,7 @@ def visible(cluster, topic: str) -> int:
 def pull_bodies(cluster, topic: str) -> Counter:
     from rocketmq_spark.client.broker import BrokerClient
     from rocketmq_spark.client.protocol.message import decode_messages
-    from rocketmq_spark.client.read.pull import PullRequest, PullStatus
+    from rocketmq_spark.client.pull import PullRequest, PullStatus
 
     seen: Counter = Counter()
     with RemotingClient() as remoting:

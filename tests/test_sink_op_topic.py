@@ -13,7 +13,7 @@ from rocketmq_spark.client.broker import BrokerClient
 from rocketmq_spark.client.errors import ResponseError
 from rocketmq_spark.client.protocol.codes import ResponseCode
 from rocketmq_spark.client.protocol.message import MessageExt, decode_messages
-from rocketmq_spark.client.read.pull import PullRequest, PullStatus
+from rocketmq_spark.client.pull import PullRequest, PullStatus
 from rocketmq_spark.client.remoting import RemotingClient
 from rocketmq_spark.client.txn.transaction import OP_TOPIC, CheckRequest, Outcome, end_transactions
 from rocketmq_spark.embedded.op_batches import op_offsets

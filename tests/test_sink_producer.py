@@ -23,7 +23,7 @@ from rocketmq_spark.client.send.producer import EncodedRequest, MessageTooLarge,
 from rocketmq_spark.client.protocol.properties import DELAY, SHARDING_KEY, WAIT, encode_properties
 from rocketmq_spark.client.protocol.codes import RequestCode, ResponseCode
 from rocketmq_spark.client.protocol.message import decode_messages
-from rocketmq_spark.client.read.pull import is_transient
+from rocketmq_spark.client.responses import is_transient
 from waiting import wait_until
 
 CPP_PEER = Path(__file__).resolve().parent / "cpp_peer.py"

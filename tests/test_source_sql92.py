@@ -23,7 +23,7 @@ import pytest
 
 from rocketmq_spark.client import QueueRangeReader, ReadSettings
 from rocketmq_spark.client.admin import Admin
-from rocketmq_spark.client.read.pull import FilterNotSupportedError
+from rocketmq_spark.client.errors import FilterNotSupportedError
 from rocketmq_spark.client.protocol.codes import RequestCode
 from rocketmq_spark.client.protocol.frame import decode_frame
 from rocketmq_spark.client.protocol.route import MessageQueue

@@ -22,7 +22,7 @@ from connect_server import ConnectServer, python_without_discovery
 from rocketmq_spark import RocketMQLagListener
 from rocketmq_spark.client.broker import BrokerClient
 from rocketmq_spark.client.protocol.message import decode_messages
-from rocketmq_spark.client.read.pull import PullRequest, PullStatus
+from rocketmq_spark.client.pull import PullRequest, PullStatus
 from rocketmq_spark.client.remoting import RemotingClient
 from rocketmq_spark.sink import exactly_once
 from source_helpers import ids_of, produce, reader, run_available_now

@@ -1,20 +1,20 @@
 """A pure-Python RocketMQ remoting client. It knows nothing of Spark.
 
-The pieces, from the bottom up:
+The pieces, from the bottom up (``tests/test_layering.py`` holds the arrows):
 
-* :mod:`.protocol`: pure functions over bytes (frames, headers, stored messages, routes; pull
-  bodies to Arrow in :mod:`.protocol.pull_decode` and its numpy twin; send encodings over Arrow
-  in :mod:`.protocol.send_encode`; request frames spliced over columns in
-  :mod:`.protocol.spliced_requests`).
-* :mod:`.transport` (plain TCP or TLS byte streams), :class:`Connection` (one socket, requests
-  multiplexed by opaque), :class:`RemotingClient` (connections by address).
-* :class:`NameServerClient` and :class:`BrokerClient` (one method per request), :mod:`.admin`.
-* Reading: :class:`QueueRangeReader` (an offset range as Arrow batches) over a pull engine
-  (:mod:`.read.pull_engine`): :mod:`.read.python_pull_engine`, or :mod:`.read.native_pull_engine`,
-  the C loop set up by :mod:`.read.native_pull` and driven on a connection by
-  :mod:`.read.native_pull_driver`.
-* Writing: :class:`Producer`, the :mod:`.send.pipeline` (requests in flight per broker, with
-  retries) and :mod:`.txn.transaction` (half messages, END_TRANSACTION, check-backs).
+* Plumbing, used by every room: :mod:`.protocol` (pure functions over bytes: frames, headers,
+  stored messages, routes, pull bodies to Arrow, send encodings, spliced request frames);
+  :mod:`.errors`, :mod:`.responses` (a refusal as a typed error, transient or not) and
+  :mod:`.busy` (what a busy answer is, the pace of the waits after one); :mod:`.transport`,
+  :class:`Connection` and :class:`RemotingClient`; :class:`NameServerClient`,
+  :class:`BrokerClient` (one method per request; :mod:`.pull` is PULL_MESSAGE's request and
+  answer), :mod:`.admin`; ACL, TLS, namespaces, the per-worker pool.
+* The rooms, one job each, on the plumbing: :mod:`.read` (:class:`QueueRangeReader` over a
+  pull engine, Python or the C loop), :mod:`.send` (:class:`Producer`, the send pipeline,
+  back-pressure), :mod:`.txn` (half messages, END_TRANSACTION, the op topic),
+  :mod:`.group` (the consumer-group client: membership, allocation, locks,
+  CONSUMER_SEND_MSG_BACK), :mod:`.grpc` (the 5.x proxy's producer, which sends
+  :mod:`.send`'s messages) and :mod:`.filter` (SQL92 expressions).
 
 Names are imported on first use, so ``import rocketmq_spark.client.protocol.frame`` (as the
 embedded server does) does not load numpy and pyarrow.
@@ -34,8 +34,9 @@ _EXPORTS = {
     "NameServerClient": ".nameserver",
     "Message": ".send.producer", "Producer": ".send.producer", "SendResult": ".send.producer",
     "MessageQueue": ".protocol.route", "TopicRouteData": ".protocol.route",
-    "PullRequest": ".read.pull", "PullResult": ".read.pull", "PullStatus": ".read.pull",
-    "DataLossError": ".errors", "QueueRangeReader": ".read.reader", "ReadSettings": ".read.reader",
+    "PullRequest": ".pull", "PullResult": ".pull", "PullStatus": ".pull",
+    "DataLossError": ".errors", "QueueRangeReader": ".read.reader",
+    "ReadSettings": ".read.settings",
     "RemotingClient": ".remoting",
 }
 

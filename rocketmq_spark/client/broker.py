@@ -15,7 +15,8 @@ from .protocol.codes import DEFAULT_TOPIC, SEND_V2_KEYS, RequestCode, ResponseCo
 from .protocol.frame import RemotingCommand
 from .protocol.properties import java_string_hash, split_tags_expression
 from .protocol.route import MessageQueue, json_object
-from .read.pull import PullRequest, PullResult, pull_result, response_error
+from .pull import PullRequest, PullResult, pull_result
+from .responses import response_error
 from .remoting import RemotingClient
 
 # Codes a send may answer with when the message was stored (with a durability warning).

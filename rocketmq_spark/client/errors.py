@@ -109,6 +109,21 @@ class AuthError(ResponseError):
                      "permissions: check the access key, the secret key and the broker's ACL]",)
 
 
+# The broker.conf setting that lets a broker filter pulls by SQL92.
+FILTER_SETTING = "enablePropertyFilter"
+
+
+class FilterNotSupportedError(ResponseError):
+    """The broker refuses SQL92 filtering: its ``enablePropertyFilter`` is off. Asking again
+    cannot help (the setting is read at the broker's start), so this is never retried."""
+
+    def __init__(self, code: int, remark: str, request: str, address: str):
+        super().__init__(code, remark, request, address)
+        self.args = (f"the broker at {address or '?'} refuses SQL92 filters ({remark!r}): set "
+                     f"{FILTER_SETTING}=true in its broker.conf and restart it, or read with "
+                     f"filterType=TAG",)
+
+
 class ClientClosed(RocketMQError):
     """The client or connection was closed by its owner."""
 

@@ -14,7 +14,7 @@ from .errors import (
 from .protocol.codes import RequestCode, ResponseCode
 from .protocol.frame import RemotingCommand
 from .protocol.route import ClusterInfo, TopicRouteData, json_object
-from .read.pull import response_error
+from .responses import response_error
 from .remoting import RemotingClient
 
 log = logging.getLogger(__name__)

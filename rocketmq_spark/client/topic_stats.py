@@ -32,7 +32,7 @@ from .errors import ProtocolError, RocketMQError
 from .protocol.codes import RequestCode, ResponseCode
 from .protocol.route import MessageQueue
 from .protocol.topic_stats import parse_topic_stats
-from .read.pull import response_error
+from .responses import response_error
 
 log = logging.getLogger(__name__)
 

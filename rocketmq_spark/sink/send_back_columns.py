@@ -1,4 +1,5 @@
-"""The input columns of ``sendBack``, checked on the driver before any task runs.
+"""The input columns of ``sendBack``, checked on the driver before any task runs, and a row
+of them as a message read (:class:`MessageRead`).
 
 A row sent back is a message as our source read it: the broker takes it back by its place in
 the commit log, so the row must carry the message's identity as the source gives it. Any other
@@ -32,6 +33,27 @@ OPTIONAL = {"properties", "tags", "keys", "delayLevel"}
 IGNORED = {"queueId", "queueOffset", "bornTimestamp", "storeTimestamp", "bornHost",
            "storeHost", "queueTopic"}
 DELAY_LEVELS = "int (-1: straight to the dead-letter topic, 0 or null: the broker's choice, 1-18)"
+
+
+@dataclass
+class MessageRead:
+    """One row: a message as the source read it, and the delay level asked for it."""
+
+    row: int
+    topic: str
+    broker_name: str
+    commit_log_offset: int
+    msg_id: str
+    body: bytes
+    reconsume_times: int
+    properties: Optional[Dict[str, str]]
+    tags: Optional[str]
+    keys: Optional[str]
+    delay_level: int
+
+    def describe(self) -> str:
+        return (f"row {self.row} (msgId {self.msg_id}, {self.topic} on {self.broker_name}, "
+                f"commitLogOffset {self.commit_log_offset})")
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from typing import Dict, Iterable, List, Mapping
 
 from ..client.admin import Admin
 from ..client.protocol.route import MessageQueue
-from ..client.read.pull import check_filter_support
+from ..client.read.filter_support import check_filter_support
 from .options import SourceOptions
 from .planning import QueueRange
 

@@ -22,9 +22,8 @@ from ..client.errors import (
     AuthError, RemotingConnectionError, RequestTimeout, RocketMQError, RouteNotFound,
 )
 from ..client.namespace import DLQ_PREFIX, unwrap
-from ..client.protocol.codes import PERM_READ
 from ..client.protocol.route import MessageQueue
-from ..client.read.pull import PullRequest, PullStatus
+from ..client.pull import PullRequest, PullStatus
 from ..client.read.reader import TopicNotReadable
 from .namespacing import pattern_topics
 from .options import EARLIEST, LATEST, Bound, OptionError, SourceOptions
@@ -331,12 +330,12 @@ def check_readable(route, topic: str, name_servers: Iterable[str]) -> None:
     readable.)"""
     if not topic.startswith(DLQ_PREFIX):
         return
-    closed = sorted({q.broker_name for q in route.queue_datas if not q.perm & PERM_READ})
+    closed = sorted({q.broker_name for q in route.queue_datas if not q.readable})
     if not closed:
         return
     clusters = sorted({b.cluster for b in route.broker_datas
                        if b.broker_name in closed and b.cluster}) or ["<cluster>"]
-    perms = sorted({q.perm for q in route.queue_datas if not q.perm & PERM_READ})
+    perms = sorted({q.perm for q in route.queue_datas if not q.readable})
     raise TopicNotReadable.for_topic(topic, brokers=closed, perm=perms[0], cluster=clusters[0],
                                      name_servers=";".join(name_servers))
 

@@ -10,7 +10,8 @@ import logging
 import threading
 from typing import Callable, List, Optional
 
-from ..send.backpressure import is_busy, refused_in_part
+from ..busy import is_busy
+from ..send.backpressure import refused_in_part
 from ..errors import RequestTimeout, RocketMQError
 from ..send.producer import SendResult
 from .dispatch import Call

@@ -10,7 +10,7 @@ from __future__ import annotations
 import grpc
 
 from ..errors import ProxyAuthError, ProxyError, RequestTimeout, RocketMQError
-from ..read.pull import redact_remark
+from ..responses import redact_remark
 from . import definition_pb2 as definition
 
 OK_CODES = frozenset({definition.OK, definition.MULTIPLE_RESULTS})

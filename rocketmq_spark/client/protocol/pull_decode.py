@@ -15,34 +15,13 @@ import pyarrow.compute as pc
 from .. import accelerator
 from ..errors import MessageDecodeError
 from . import message
+from .pull_columns import SCHEMA
 
 # The optional C decoder (native/client/rmq_native.c), None when it is not built.
 _native = accelerator.built_module()
 
 # ROCKETMQ_SPARK_PURE_PYTHON=1: the numpy decoder even when the C one is built (tests flip it).
 FORCE_PURE_PYTHON = accelerator.FORCE_PURE_PYTHON
-
-# Column names and types of a decoded batch (the Spark schema is built from these elsewhere).
-SCHEMA = pa.schema([
-    ("topic", pa.string()),
-    ("queue_id", pa.int32()),
-    ("queue_offset", pa.int64()),
-    ("physical_offset", pa.int64()),
-    ("flag", pa.int32()),
-    ("sys_flag", pa.int32()),
-    ("born_timestamp", pa.int64()),
-    ("born_host", pa.string()),
-    ("store_timestamp", pa.int64()),
-    ("store_host", pa.string()),
-    ("reconsume_times", pa.int32()),
-    ("body", pa.binary()),
-    ("properties", pa.string()),
-    ("tags", pa.string()),
-    ("keys", pa.string()),
-    ("msg_id", pa.string()),
-    ("offset_msg_id", pa.string()),
-])
-
 
 def decode_columns(body, verify_crc: bool = True, decompress: bool = True,
                    properties: bool = True, offset_ids: bool = True) -> pa.RecordBatch:

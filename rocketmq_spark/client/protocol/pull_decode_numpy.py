@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from ..errors import MessageDecodeError
 from . import message
-from .pull_decode import SCHEMA
+from .pull_columns import SCHEMA
 
 _TOTAL = struct.Struct(">i")
 

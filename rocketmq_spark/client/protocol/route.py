@@ -49,6 +49,11 @@ class QueueData:
     perm: int = 6
     topic_sys_flag: int = 0
 
+    @property
+    def readable(self) -> bool:
+        """Whether its perm lets consumers read (READ, 4)."""
+        return bool(self.perm & PERM_READ)
+
 
 @dataclass
 class BrokerData:

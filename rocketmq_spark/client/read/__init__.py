@@ -1,2 +1,2 @@
-"""Reading a queue range: PULL_MESSAGE requests and answers, the pull engines (Python
-and the C loop), the range reader, and the reads' per-broker backoff."""
+"""Reading a queue range: the range reader and its settings, the pull engines (Python and the
+C loop), the reads' per-broker backoff, and the driver's probe for SQL92 filtering."""

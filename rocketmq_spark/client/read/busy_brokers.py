@@ -1,6 +1,6 @@
 """Back-pressure from a broker in flow control: per-broker backoff for pulls answered busy.
 
-What is busy is :func:`..send.backpressure.is_busy` (the sender's side of the same story). A genuine
+What is busy is :func:`..busy.is_busy` (the senders act on it too). A genuine
 broker answers SYSTEM_BUSY to a pull that waited longer than
 ``waitTimeMillsInPullQueue`` (5 s) in its pull thread pool's queue (4.9's BrokerFastFailure,
 ``[TIMEOUT_CLEAN_QUEUE]``) or that found the queue full (``pullThreadPoolQueueCapacity``,
@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple
 
-from ..send.backpressure import LOG_INTERVAL
+from ..busy import LOG_INTERVAL
 from ..errors import RocketMQError
 
 log = logging.getLogger(__name__)

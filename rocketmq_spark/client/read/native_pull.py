@@ -20,7 +20,7 @@ from ..acl import Credentials
 from ..connection import Connection
 from ..protocol.codes import CLIENT_VERSION, RequestCode, SerializeType
 from ..protocol.frame import RemotingCommand, encode_frame
-from .pull import PullRequest
+from ..pull import PullRequest
 
 _native = accelerator.built_module()  # the optional C accelerator, None when not built
 

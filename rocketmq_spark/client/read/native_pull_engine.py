@@ -1,21 +1,18 @@
 """The native pull engine: the C loop (native/client/rmq_pull.c) consumes FOUND answers.
 
 Their bodies stay in the loop's buffer and are decoded there in place; everything else comes
-back to the reader as a :class:`~.pull.PullResult`.
+back to the reader as a :class:`~..pull.PullResult`.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import pyarrow as pa
 
 from . import native_pull
 from .native_pull_driver import PULL_RESPONSE, run_puller
-from .pull import PullResult, PullStatus, pull_result
-from .pull_engine import PullEngine
-
-if TYPE_CHECKING:  # the reader imports the engines; they only name its type
-    from .reader import QueueRangeReader
+from ..pull import PullResult, PullStatus, pull_result
+from .pull_engine import PullEngine, RangeReading
 
 
 def split_output(data: bytes, pieces: List[Tuple[int, int]]) -> Tuple[List[bytes], List[int]]:
@@ -34,7 +31,7 @@ class NativePullEngine(PullEngine):
 
     name = "native"
 
-    def __init__(self, reader: "QueueRangeReader"):
+    def __init__(self, reader: RangeReading):
         self.puller = None
         self.conn = None
         super().__init__(reader)

@@ -1,4 +1,5 @@
-"""What a :class:`~.reader.QueueRangeReader` asks of a pull engine, and the batch it fills.
+"""What a :class:`~.reader.QueueRangeReader` asks of a pull engine, what an engine uses of its
+reader (:class:`RangeReading`), and the batch it fills.
 
 An engine keeps pulls in flight for one queue range and the bodies of the batch being filled;
 the reader acts on every answer that is not a plain FOUND (see the reader's module doc). Two
@@ -8,14 +9,13 @@ engines exist: :class:`~.python_pull_engine.PythonPullEngine` and
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import Callable, List, Optional, Protocol, Tuple
 
 import pyarrow as pa
 
-from .pull import PullResult
-
-if TYPE_CHECKING:  # the reader imports the engines; they only name its type
-    from .reader import QueueRangeReader
+from ..broker import BrokerClient
+from ..pull import PullRequest, PullResult
+from .settings import ReadSettings
 
 
 def join(parts: List) -> object:
@@ -32,17 +32,38 @@ def join(parts: List) -> object:
     return out
 
 
+class RangeReading(Protocol):
+    """What an engine uses of the reader it serves (the reader imports the engines, so they
+    name it by this)."""
+
+    settings: ReadSettings
+    brokers: BrokerClient
+    start: int
+    end: int
+    filtered: bool
+
+    @property
+    def broker_id(self) -> int: ...
+
+    def broker_address(self) -> str: ...
+
+    def pull_request(self, offset: int, nums: Optional[int] = None) -> PullRequest: ...
+
+    def decode_batch(self, data, pieces: Callable[[], Tuple[List, List[int]]]
+                     ) -> pa.RecordBatch: ...
+
+
 class PullEngine(ABC):
     """A pipeline of pulls for one reader and the bodies of the batch being filled.
 
     :meth:`advance` returns ``(offset, result)``: the offset after the FOUND answers the
-    engine consumed itself and the answer (a :class:`~.pull.PullResult`) the reader must act
+    engine consumed itself and the answer (a :class:`~..pull.PullResult`) the reader must act
     on, or ``None`` when the batch is full or the range's end reached. The reader hands FOUND
     bodies back with :meth:`add` and takes a batch with :meth:`decode`."""
 
     name = ""
 
-    def __init__(self, reader: "QueueRangeReader"):
+    def __init__(self, reader: RangeReading):
         self.reader = reader
         self.settings = reader.settings
         self.answers = 0  # answers the reader acted on

@@ -5,13 +5,10 @@ Used where the C loop is not built or switched off (``ROCKETMQ_SPARK_PURE_PYTHON
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
-from .pull import PullResult, PullStatus
-from .pull_engine import PullEngine
-
-if TYPE_CHECKING:  # the reader imports the engines; they only name its type
-    from .reader import QueueRangeReader
+from ..pull import PullResult, PullStatus
+from .pull_engine import PullEngine, RangeReading
 
 
 class PythonPullEngine(PullEngine):
@@ -23,7 +20,7 @@ class PythonPullEngine(PullEngine):
 
     name = "python"
 
-    def __init__(self, reader: "QueueRangeReader"):
+    def __init__(self, reader: RangeReading):
         super().__init__(reader)
         self.inflight: Dict[int, Tuple[int, str, tuple]] = {}  # offset -> (nums, address, pending)
         self.step = max(1, self.settings.max_msg_nums)

@@ -27,7 +27,7 @@ answered nothing but busy for ``busy_timeout``. Either way the pull is retried a
 the batch has reached: nothing is skipped or read twice.
 
 A broker that refuses a SQL92 filter (``enablePropertyFilter`` is off) fails the read at once
-(:class:`~.pull.FilterNotSupportedError`), it is never retried.
+(:class:`~..errors.FilterNotSupportedError`), it is never retried.
 
 Pulls are pipelined: without a filter, up to ``pipeline_depth`` requests for the offsets ahead
 are in flight. Each asks for the broker's cap per pull, learned from its answers (a default
@@ -42,14 +42,13 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import Callable, Iterator, List, Optional, Tuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import native_pull
-from ..send.backpressure import DEFAULT_BUSY_TIMEOUT, busy_remark, is_busy
+from ..busy import busy_remark, is_busy
 from ..broker import BrokerClient
 from .busy_brokers import BUSY_BROKERS, BrokerBusyError, BusyBrokers, busy_target
 from ..errors import (
@@ -62,9 +61,11 @@ from ..protocol.message import MIN_RECORD_SIZE
 from ..protocol.properties import split_tags_expression
 from ..protocol.route import MessageQueue
 from .native_pull_engine import NativePullEngine
-from .pull import TAG_TYPE, PullRequest, PullResult, PullStatus, is_transient
+from ..pull import PullRequest, PullResult, PullStatus, TAG_TYPE
+from ..responses import is_transient
 from .pull_engine import PullEngine
 from .python_pull_engine import PythonPullEngine
+from .settings import ReadSettings
 
 log = logging.getLogger(__name__)
 _SAID_WHY = False
@@ -74,29 +75,6 @@ AddressResolver = Callable[[MessageQueue, int, bool], str]
 # whether an address is the master of the queue's broker in the current route
 MasterCheck = Callable[[MessageQueue, str], bool]
 
-
-@dataclass(frozen=True)
-class ReadSettings:
-    consumer_group: str
-    subscription: str = "*"
-    expression_type: str = "TAG"  # or "SQL92"
-    sub_version: int = 0          # when the subscription was built (ms), as Java sends it
-    max_msg_nums: int = 32
-    pull_timeout: float = 10.0
-    pipeline_depth: int = 16
-    batch_max_messages: int = 32768
-    batch_max_bytes: int = 8 * 1024 * 1024
-    fail_on_data_loss: bool = True
-    verify_crc: bool = True
-    properties: bool = True   # decode the raw properties column
-    offset_ids: bool = True   # decode the broker's offset message ids
-    retry_deadline: float = 60.0
-    retry_backoff: float = 0.1
-    retry_backoff_max: float = 2.0
-    busy_timeout: float = DEFAULT_BUSY_TIMEOUT  # seconds of only busy answers before giving up
-    busy_backoff_max: float = 3.0    # the longest wait after a busy answer (as Apache's push
-                                     # consumer waits after a failed pull)
-    native: bool = True       # use the native pull loop where it can run
 
 # The source option that sets ``busy_timeout`` (named in the error when it runs out).
 BUSY_TIMEOUT_OPTION = "brokerBusyTimeoutMs"

@@ -11,7 +11,7 @@ send has to be repeated; the messages of a run refused in part are reported in t
 the same (a gRPC message group's refused calls are sent again before its later ones: the
 producer holds those back after a refusal).
 
-A busy answer (:func:`~.backpressure.is_busy`) is not a failed attempt: the broker's window of
+A busy answer (:func:`~..busy.is_busy`) is not a failed attempt: the broker's window of
 requests in flight is halved, nothing new goes to it for a backoff, and the refused request
 (or, when a run of single sends was refused in part, exactly its refused messages) is sent
 again, its send deadline untouched by the wait. Only a broker that answers nothing but busy
@@ -33,12 +33,11 @@ from typing import (
     Any, Callable, Deque, Dict, FrozenSet, Iterable, List, Optional, Protocol, Sequence, Tuple,
 )
 
-from .backpressure import (
-    DEFAULT_BUSY_TIMEOUT, BusyClock, BusyLog, PartlyRefused, SendWindow, is_busy,
-)
+from ..busy import DEFAULT_BUSY_TIMEOUT, is_busy
+from .backpressure import BusyClock, BusyLog, PartlyRefused, SendWindow
 from ..errors import RocketMQError
 from ..protocol.route import MessageQueue
-from ..read.pull import is_transient
+from ..responses import is_transient
 from .parts import BrokerState, Item, Outgoing, Part
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from typing import Dict, List, Set, Tuple
 from ..errors import ResponseError, RocketMQError
 from ..protocol.codes import ResponseCode
 from ..protocol.message import decode_messages
-from ..read.pull import PullRequest, PullStatus
+from ..pull import PullRequest, PullStatus
 from ..remoting import RemotingClient
 from .transaction import OP_TOPIC
 

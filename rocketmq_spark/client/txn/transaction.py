@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-from ..send.backpressure import BACKOFF_FIRST, BACKOFF_MAX, is_busy
+from ..busy import BACKOFF_FIRST, BACKOFF_MAX, is_busy
 from ..broker import SEND_STATUS_OF_CODE, BrokerClient, command
 from ..connection import Connection, ResponseFuture
 from ..errors import ProtocolError, RocketMQError
@@ -34,7 +34,7 @@ from ..protocol.message import MessageExt, commit_log_offset_of, decode_message
 from ..protocol.properties import UNIQ_KEY
 from ..protocol.codes import RequestCode
 from ..protocol.frame import FLAG_ONEWAY, RemotingCommand
-from ..read.pull import response_error
+from ..responses import response_error
 from ..remoting import RemotingClient
 
 log = logging.getLogger(__name__)
