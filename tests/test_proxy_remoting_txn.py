@@ -25,8 +25,9 @@ from rocketmq_spark.sink.ids import TaskIdentity
 from rocketmq_spark.sink.options import parse_sink_options
 from rocketmq_spark.sink.responder import _brokers
 from rocketmq_spark.sink.schema import plan_columns
-from rocketmq_spark.sink.task import write_task
-from rocketmq_spark.sink.writer import _half_properties
+from rocketmq_spark.sink.exactly_once_task import (
+    half_message_properties as _half_properties, write_halves as write_task,
+)
 from test_sink_exactly_once import pull_bodies
 from waiting import wait_until
 

@@ -20,44 +20,22 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Iterable, List, Optional, Tuple
 
 import pyarrow as pa
 
 from ..client.errors import BrokerUnavailable, RocketMQError
 from ..client.namespace import retry_topic, wrap
 from ..client.send.producer import Producer
-from ..client.protocol.codes import ResponseCode
-from ..client.read.pull import response_error
-from ..client.group.send_back import send_back_command
+from ..client.group.send_back import send_back_command, send_back_refusal
 from .ids import TaskIdentity
 from .options import SinkOptions
-from .send_back_columns import SendBackPlan
+from .send_back_columns import MessageRead, SendBackPlan
 from .send_back_fallback import send_to_retry_topic
+from .task import SinkWriteError, TaskSummary
 
 log = logging.getLogger(__name__)
 IN_FLIGHT = 64  # requests sent before their answers are awaited
-
-
-@dataclass
-class MessageRead:
-    """One row: a message as the source read it, and the delay level asked for it."""
-
-    row: int
-    topic: str
-    broker_name: str
-    commit_log_offset: int
-    msg_id: str
-    body: bytes
-    reconsume_times: int
-    properties: Optional[Dict[str, str]]
-    tags: Optional[str]
-    keys: Optional[str]
-    delay_level: int
-
-    def describe(self) -> str:
-        return (f"row {self.row} (msgId {self.msg_id}, {self.topic} on {self.broker_name}, "
-                f"commitLogOffset {self.commit_log_offset})")
 
 
 @dataclass
@@ -170,11 +148,11 @@ class SendBack:
             if failure is None:
                 try:
                     response = self.producer.remoting.wait(sent, self.timeout)
-                    if response.code == ResponseCode.SUCCESS:
+                    failure = send_back_refusal(response, address or "")
+                    if failure is None:
                         self.stats.sent_back += 1
                         self.stats.by_broker[message.broker_name] += 1
                         continue
-                    failure = response_error(response, "CONSUMER_SEND_MSG_BACK", address or "")
                 except RocketMQError as exc:
                     failure = exc
             self._fall_back(message, failure)
@@ -202,11 +180,10 @@ class SendBack:
 
 def send_back_task(batches: Iterable[pa.RecordBatch], plan: SendBackPlan,
                    options: SinkOptions, identity: TaskIdentity, producer: Producer,
-                   producer_group: str):
-    """Send back every row of ``batches``; returns the task's summary (see
-    :class:`~.task.TaskSummary`), or raises naming the row that could go nowhere."""
-    from .task import SinkWriteError, TaskSummary
-
+                   producer_group: str) -> TaskSummary:
+    """Send back every row of ``batches``; returns the task's summary (a request per row; the
+    rows sent to the retry topic instead count as retries), or raises naming the row that
+    could go nowhere."""
     started = time.monotonic()
     sender = SendBack(producer, options, producer_group)
     row = 0
@@ -223,9 +200,9 @@ def send_back_task(batches: Iterable[pa.RecordBatch], plan: SendBackPlan,
     stats = sender.stats
     if stats.rows != row:  # every row goes one way or the other; anything else is a bug
         raise AssertionError(f"{row} rows but {stats.rows} sent back")
-    summary = TaskSummary(identity.partition, row, row, 0, stats.fallbacks,
-                          time.monotonic() - started, dict(stats.by_broker),
-                          transport="sendBack")
+    summary = TaskSummary(messages=row, requests=row, retries=stats.fallbacks,
+                          by_broker=dict(stats.by_broker), partition=identity.partition,
+                          seconds=time.monotonic() - started, transport="sendBack")
     log.info("sink task %s: %d rows sent back to group %s (%d by CONSUMER_SEND_MSG_BACK, %d "
              "to the retry topic as messages: %s) in %.2f s", identity.describe(), row,
              sender.group, stats.sent_back, stats.fallbacks,

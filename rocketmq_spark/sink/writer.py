@@ -2,18 +2,17 @@
 
 Options and input columns are checked in :func:`batch_writer` / :func:`stream_writer`, which
 ``DataSource.writer()`` / ``streamWriter()`` call on the driver, so a bad option or column
-fails the query before any task runs. Each task's ``write()`` sends its rows
-(:func:`.task.write_task`) and returns a :class:`SinkCommit` once every message is
-acknowledged. Delivery is at least once by default: a failed task is run again by Spark and
-resends its rows with the same message ids; nothing is rolled back on ``abort``. With
-``deliveryGuarantee=exactlyOnce`` rows travel as half messages that ``commit`` settles
-(:mod:`.exactly_once`).
+fails the query before any task runs; they choose the delivery guarantee (:mod:`.delivery`)
+once. Each task's ``write()`` sends its rows under that guarantee and returns a
+:class:`SinkCommit` once every message is acknowledged. Delivery is at least once by default:
+a failed task is run again by Spark and resends its rows with the same message ids; nothing is
+rolled back on ``abort``. With ``deliveryGuarantee=exactlyOnce`` rows travel as half messages
+that ``commit`` settles (:mod:`.exactly_once`).
 """
 from __future__ import annotations
 
 import logging
 import re
-import secrets
 from dataclasses import dataclass
 from typing import Iterator, List, Mapping, Optional
 
@@ -23,9 +22,7 @@ from pyspark.sql.types import StructType
 
 from ..client.errors import RocketMQError
 from ..client.namespace import GROUP_MAX_LENGTH, wrap
-from ..client.txn.transaction import (
-    HalfHandle, Outcome, end_transactions_confirmed, half_properties,
-)
+from ..client.txn.transaction import HalfHandle, Outcome, end_transactions_confirmed
 from ..options import NAME_CHARS, OptionError
 from ..spark_compat import stream_writer_bases
 from . import exactly_once
@@ -33,15 +30,13 @@ from .exactly_once import CommitObserver
 from ..storage import StorageError, spark_log
 from .batch_time import batch_created_ms
 from .commit_record import open_record, spark_checkpoint
+from .delivery import Delivery, Plan, delivery_of
 from .ids import TaskIdentity, new_job_token, now_ms
 from .options import SinkOptions, parse_sink_options
 from .proxy_guard import exactly_once_proxy, refuse_exactly_once_stream_through_proxy
 from .proxy_settle import settle_job
-from .schema import ColumnPlan, plan_columns
 from .topic_type_guard import check_topic_type
-from .send_back import send_back_task
-from .send_back_columns import plan_send_back
-from .task import TaskSummary, write_task
+from .task import TaskSummary
 from .transport import shared_producer
 
 log = logging.getLogger(__name__)
@@ -71,15 +66,6 @@ def _group_name(options: SinkOptions, text: str) -> str:
     room = GROUP_MAX_LENGTH - (len(options.namespace) + 1 if options.namespace else 0)
     name = options.producer_group or (GROUP_PREFIX + re.sub(rf"[^{NAME_CHARS}]", "_", text))
     return wrap(options.namespace, name[:room])
-
-
-def _half_properties(group: str, scope: str, batch_id: int) -> dict:
-    """A task attempt's half-message properties: a fresh write token per attempt, so the
-    record can tell the attempt Spark kept from failed ones (row ids repeat across them)."""
-    props = half_properties(group)
-    props.update({exactly_once.QUERY_PROPERTY: scope, exactly_once.BATCH_PROPERTY: str(batch_id),
-                  exactly_once.TOKEN_PROPERTY: secrets.token_hex(8)})
-    return props
 
 
 def _handles(messages: List[Optional[WriterCommitMessage]]) -> List[HalfHandle]:
@@ -123,10 +109,11 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
 
     proxy: Optional[str] = None  # exactly once through this 5.x proxy: settled by check-back
 
-    def __init__(self, options: SinkOptions, plan: ColumnPlan, job_token: str,
-                 created_ms: Optional[int] = None):
+    def __init__(self, options: SinkOptions, plan: Plan, job_token: str,
+                 created_ms: Optional[int] = None, delivery: Optional[Delivery] = None):
         self.options = options
         self.plan = plan
+        self.delivery = delivery or delivery_of(options)
         self.job_token = job_token
         self.created_ms = now_ms() if created_ms is None else created_ms  # ids bytes 10-13
 
@@ -134,14 +121,8 @@ class RocketMQBatchWriter(DataSourceArrowWriter):
         context = _task_context()
         identity = TaskIdentity("job", self.job_token, None, context.partitionId(),
                                 self.created_ms)
-        group = self._group()
-        if self.options.send_back:
-            return SinkCommit(send_back_task(iterator, self.plan, self.options, identity,
-                                             shared_producer(self.options), group))
-        half = (_half_properties(group, self.job_token, 0) if self.options.exactly_once
-                else None)
-        return SinkCommit(write_task(iterator, self.plan, self.options, identity, group,
-                                     half_properties=half))
+        return SinkCommit(self.delivery.write(iterator, self.plan, self.options, identity,
+                                              self._group()))
 
     def _group(self) -> str:
         return _group_name(self.options, self.job_token)
@@ -188,11 +169,13 @@ class RocketMQStreamWriter(*stream_writer_bases()):
     ids come from (query id, batch id, partition, row), so a replayed batch resends the
     same ids. Its input is Arrow on every Spark (see :func:`.stream_writer_bases`)."""
 
-    def __init__(self, options: SinkOptions, plan: ColumnPlan, query_name: Optional[str],
+    def __init__(self, options: SinkOptions, plan: Plan, query_name: Optional[str],
                  raw_options: Optional[Mapping[str, str]] = None,
-                 observer: Optional[CommitObserver] = None):
+                 observer: Optional[CommitObserver] = None,
+                 delivery: Optional[Delivery] = None):
         self.options = options
         self.plan = plan
+        self.delivery = delivery or delivery_of(options)
         self.query_name = query_name
         self.raw_options = dict(raw_options or {})
         self.observer = observer
@@ -210,14 +193,8 @@ class RocketMQStreamWriter(*stream_writer_bases()):
         created = batch_created_ms(self.options.checkpoint_location, int(batch_id),
                                    self.created_ms, self.options.checkpoint_storage)
         identity = TaskIdentity("stream", query_id, int(batch_id), context.partitionId(), created)
-        group = self._group(query_id)
-        if self.options.send_back:
-            return SinkCommit(send_back_task(iterator, self.plan, self.options, identity,
-                                             shared_producer(self.options), group))
-        half = (_half_properties(group, query_id, int(batch_id)) if self.options.exactly_once
-                else None)
-        return SinkCommit(write_task(iterator, self.plan, self.options, identity, group,
-                                     half_properties=half))
+        return SinkCommit(self.delivery.write(iterator, self.plan, self.options, identity,
+                                              self._group(query_id)))
 
     def _group(self, query_id: str) -> str:
         return _group_name(self.options, self.query_name or query_id)
@@ -278,28 +255,12 @@ def batch_writer(raw: Mapping[str, str], schema: StructType, overwrite: bool
         raise OptionError("a RocketMQ topic cannot be overwritten: use mode(\"append\") "
                           "(messages are appended to the topic)")
     options = parse_sink_options(raw)
-    plan = _plan(schema, options)
+    delivery = delivery_of(options)
+    plan = delivery.plan(schema, options)
     check_topic_type(options, plan)
-    writer = RocketMQBatchWriter(options, plan, new_job_token())
+    writer = RocketMQBatchWriter(options, plan, new_job_token(), delivery=delivery)
     writer.proxy = exactly_once_proxy(options)
     return writer
-
-
-def _plan(schema: StructType, options: SinkOptions):
-    """The input columns' roles: a message each row (:func:`plan_columns`), or with
-    ``sendBack`` a message read (:func:`plan_send_back`)."""
-    if options.send_back:
-        return plan_send_back(schema, options.send_back)
-    plan = plan_columns(schema, options.topic)
-    _check_exactly_once_columns(options, plan)
-    return plan
-
-
-def _check_exactly_once_columns(options: SinkOptions, plan: ColumnPlan) -> None:
-    if options.exactly_once and plan.delay_level:
-        raise OptionError(f"column {plan.delay_level}: delayed messages cannot be sent with "
-                          "deliveryGuarantee=exactlyOnce (RocketMQ's transactional messages "
-                          "carry no delay level); drop the column or use atLeastOnce")
 
 
 def stream_writer(raw: Mapping[str, str], schema: StructType, overwrite: bool,
@@ -309,7 +270,8 @@ def stream_writer(raw: Mapping[str, str], schema: StructType, overwrite: bool,
     a test's hooks into the exactly-once commit (see :class:`.exactly_once.CommitObserver`)."""
     options = parse_sink_options(raw)
     query_name = next((str(v) for k, v in raw.items() if str(k).lower() == "queryname"), None)
-    plan = _plan(schema, options)
+    delivery = delivery_of(options)
+    plan = delivery.plan(schema, options)
     refuse_exactly_once_stream_through_proxy(options)
     check_topic_type(options, plan)
     if options.exactly_once:
@@ -320,7 +282,7 @@ def stream_writer(raw: Mapping[str, str], schema: StructType, overwrite: bool,
         if commit_log.pending():
             remoting = shared_producer(options).remoting
             exactly_once.settle(commit_log, remoting, exactly_once.OpTopic(remoting))
-        writer = RocketMQStreamWriter(options, plan, query_name, raw, observer)
+        writer = RocketMQStreamWriter(options, plan, query_name, raw, observer, delivery)
         writer.recorded_through = max(commit_log.committed_ids(), default=-1)
         return writer
-    return RocketMQStreamWriter(options, plan, query_name, raw, observer)
+    return RocketMQStreamWriter(options, plan, query_name, raw, observer, delivery)
