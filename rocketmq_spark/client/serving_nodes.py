@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Dict, Iterable, List, Tuple
+from typing import Dict, Iterable, List, Protocol, Tuple
 
 from .broker import update_offset_command
 from .errors import RocketMQError
+from .masters import master_of
+from .nameserver import NameServerClient
 from .protocol.codes import ResponseCode
 from .protocol.route import MASTER_ID, MessageQueue
-
-if TYPE_CHECKING:  # the admin imports this module
-    from .admin import Admin
+from .remoting import RemotingClient
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,13 @@ class ServingNodes:
                         "committed there", broker_name, address)
 
 
+class RoutedClient(Protocol):
+    """What :meth:`SlaveCommits.flush` uses of the admin (which imports this module)."""
+
+    names: NameServerClient
+    remoting: RemotingClient
+
+
 class SlaveCommits:
     """Offsets committed to a slave, to commit to the master again once it is routed."""
 
@@ -66,7 +73,7 @@ class SlaveCommits:
         with self._lock:
             return dict(self._pending)
 
-    def flush(self, admin: "Admin", queues: Iterable[MessageQueue]) -> None:
+    def flush(self, admin: RoutedClient, queues: Iterable[MessageQueue]) -> None:
         """Commit to its master what a slave took for the brokers of ``queues`` whose master
         is routed now (by the admin's cached routes); failures stay pending."""
         if not self._pending:
@@ -77,8 +84,7 @@ class SlaveCommits:
         sent: List[Tuple[Tuple[str, MessageQueue], int, str, object]] = []
         for (group, mq), offset in due.items():
             try:
-                address = admin.names.route(mq.topic).broker(mq.broker_name)
-                address = address.master_addr if address is not None else None
+                address = master_of(admin.names.route(mq.topic), mq.broker_name)
                 if address is None:
                     continue
                 sent.append(((group, mq), offset, address, admin.remoting.send(

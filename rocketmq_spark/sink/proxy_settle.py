@@ -32,7 +32,7 @@ from ..client.errors import RocketMQError
 from ..client.protocol.message import decode_messages
 from ..client.protocol.properties import UNIQ_KEY
 from ..client.protocol.route import MessageQueue
-from ..client.read.pull import PullRequest, PullStatus
+from ..client.pull import PullRequest, PullStatus
 from ..client.remoting import RemotingClient
 from ..client.txn.transaction import CheckRequest, CheckResponder, HalfHandle, Outcome
 from .check_back import QUERY_PROPERTY, TOKEN_PROPERTY
@@ -67,7 +67,7 @@ class ProxySettlement:
         self.visible: Set[str] = set()
         self.queues: Dict[Queue, int] = {}       # where each queue is read from next
         self._lock = threading.Lock()
-        self._lookups = RemotingClient(options.connection().client_config())
+        self._lookups = RemotingClient(options.connection.client_config())
         self._brokers = BrokerClient(self._lookups)
 
     # ------------------------------------------------------------------ answers
@@ -135,7 +135,7 @@ class ProxySettlement:
     def run(self, timeout: float = SETTLE_TIMEOUT_S) -> Tuple[int, List[str]]:
         """Answer check-backs until every row is stored or ``timeout`` passes. Returns how
         many rows are stored and the ids of the others."""
-        responder = CheckResponder.create(self.options.connection().client_config(),
+        responder = CheckResponder.create(self.options.connection.client_config(),
                                           self.group, self.decide, heartbeat_interval=5.0)
         deadline = self.clock() + timeout
         try:
