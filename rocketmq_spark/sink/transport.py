@@ -17,7 +17,6 @@ pipeline's view of a transport, and the process's pooled producers.
 """
 from __future__ import annotations
 
-import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
@@ -85,22 +84,16 @@ class Transport(ABC):
 def shared_producer(options: SinkOptions) -> Producer:
     """The process's remoting producer for these connection settings (connections and routes
     are shared by every task and micro-batch this Python worker runs)."""
-    settings = options.connection()
-    return pool.shared(("sink-producer",) + settings.pool_key(),
-                       lambda: Producer(list(options.name_servers),
+    settings = options.connection
+    return pool.shared(("sink-producer", settings),
+                       lambda: Producer(list(settings.name_servers),
                                         config=settings.client_config()))
 
 
 def shared_grpc_producer(options: SinkOptions, group: str) -> Any:
     from ..client.grpc import GrpcProducer  # only when endpoints are used
 
-    secret = ""
-    if options.credentials is not None:
-        secret = hashlib.sha256(options.credentials.signature(b"pool").encode()).hexdigest()
-    key = ("sink-grpc", options.endpoints, group, options.credentials.access_key
-           if options.credentials else None, secret, options.tls, options.tls_verify,
-           options.tls_ca_file, options.send_timeout_ms, options.namespace)
-    return pool.shared(key, lambda: GrpcProducer(
+    return pool.shared(("sink-grpc", options.connection, group), lambda: GrpcProducer(
         options.endpoints, group=group, credentials=options.credentials, tls=options.tls,
         tls_verify=options.tls_verify, tls_ca_file=options.tls_ca_file,
         namespace=options.namespace, send_timeout=options.send_timeout_ms / 1000.0,

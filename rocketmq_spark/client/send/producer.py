@@ -17,7 +17,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ..broker import BrokerClient, SendResponse, send_command
 from ..config import ClientConfig
-from ..errors import BrokerUnavailable, RocketMQError, RouteNotFound
+from ..errors import RocketMQError, RouteNotFound
+from ..masters import master_address
 from ..nameserver import NameServerClient
 from ..busy import DEFAULT_BUSY_TIMEOUT, is_busy
 from .backpressure import BusyClock, BusyLog, SendWindow
@@ -216,13 +217,11 @@ class Producer:
         return queues
 
     def _address(self, queue: MessageQueue, route: TopicRouteData) -> str:
-        broker = route.broker(queue.broker_name)
-        if broker is None or broker.master_addr is None:
-            # The broker left the route (stopped, or its master is gone) since the queue was
-            # chosen: a send elsewhere may work, so this is a broker failure, not a refusal.
-            raise BrokerUnavailable(queue.broker_name, f"no master of {queue.broker_name} is "
-                                                       f"in the route of topic {queue.topic!r}")
-        return broker.master_addr
+        # The broker may have left the route (stopped, or its master is gone) since the queue
+        # was chosen: a send elsewhere may work, so this is a broker failure, not a refusal.
+        return master_address((route,), queue.broker_name,
+                              f"no master of {queue.broker_name} is in the route of topic "
+                              f"{queue.topic!r}")
 
     # ------------------------------------------------------------------ encoding
 
