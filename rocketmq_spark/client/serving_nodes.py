@@ -17,7 +17,6 @@ from typing import Dict, Iterable, List, Protocol, Tuple
 
 from .broker import update_offset_command
 from .errors import RocketMQError
-from .masters import master_of
 from .nameserver import NameServerClient
 from .protocol.codes import ResponseCode
 from .protocol.route import MASTER_ID, MessageQueue
@@ -84,7 +83,8 @@ class SlaveCommits:
         sent: List[Tuple[Tuple[str, MessageQueue], int, str, object]] = []
         for (group, mq), offset in due.items():
             try:
-                address = master_of(admin.names.route(mq.topic), mq.broker_name)
+                address = admin.names.route(mq.topic).broker(mq.broker_name)
+                address = address.master_addr if address is not None else None
                 if address is None:
                     continue
                 sent.append(((group, mq), offset, address, admin.remoting.send(

@@ -11,24 +11,19 @@ another broker than the one that refused when the retry topic has one.
 from __future__ import annotations
 
 import random
-import time
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import Dict, List, Optional
 
-from ..client.broker import SEND_STATUS_OF_CODE, send_command
-from ..client.errors import BrokerUnavailable, RocketMQError
+from ..client.errors import RocketMQError
+from ..client.group.send_back import retry_copy_command, retry_copy_master, retry_copy_refusal
 from ..client.namespace import RETRY_PREFIX, wrap
 from ..client.send.producer import Producer
-from ..client.protocol.codes import DEFAULT_TOPIC, SEND_V2_KEYS
 from ..client.protocol.message import COMPRESSION_ZLIB, compress_body, new_uniq_key
 from ..client.protocol.properties import (
     DELAY, KEYS, TAGS, UNIQ_KEY, encode_properties,
 )
 from ..client.protocol.route import MessageQueue
-from ..client.read.pull import response_error
 from .options import SinkOptions
-
-if TYPE_CHECKING:
-    from .send_back import MessageRead
+from .send_back_columns import MessageRead
 
 ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 RETRY_TOPIC = "RETRY_TOPIC"
@@ -38,7 +33,7 @@ TRAN_MSG = "TRAN_MSG"
 FIRST_DELAY_LEVEL = 3  # Java's fallback: 3 + the reconsume count (10 s on a default broker)
 
 
-def retry_properties(message: "MessageRead", namespace: str) -> Dict[str, str]:
+def retry_properties(message: MessageRead, namespace: str) -> Dict[str, str]:
     """The retry copy's properties: the message's own (or, without a properties column, its
     tags and keys), with what Java's fallback sets. RECONSUME_TIME and MAX_RECONSUME_TIMES
     travel in the send header instead, as Java's producer moves them there."""
@@ -72,7 +67,7 @@ def _targets(queues: List[MessageQueue], avoid: str, attempts: int) -> List[Mess
     return picked
 
 
-def send_to_retry_topic(producer: Producer, message: "MessageRead", options: SinkOptions,
+def send_to_retry_topic(producer: Producer, message: MessageRead, options: SinkOptions,
                         group: str, producer_group: str, avoid: Optional[str] = None) -> str:
     """Send ``message`` to ``%RETRY%<group>`` (``group`` in its namespace already); returns
     the broker that stored it. Raises the last refusal when no broker would."""
@@ -85,20 +80,19 @@ def send_to_retry_topic(producer: Producer, message: "MessageRead", options: Sin
     last: Optional[Exception] = None
     queues = producer.queues(topic) + _elsewhere(producer, topic, origin, avoid)
     for queue in _targets(queues, avoid or "", options.retries + 1):
-        request = send_command(queue.broker_name, producer_group, topic, queue.queue_id, body,
-                               encode_properties(props), sys_flag, 0, int(time.time() * 1000),
-                               producer.default_topic_queue_nums)
-        request.ext_fields[SEND_V2_KEYS["reconsumeTimes"]] = str(message.reconsume_times + 1)
-        request.ext_fields[SEND_V2_KEYS["maxReconsumeTimes"]] = str(options.max_reconsume_times)
+        request = retry_copy_command(queue, producer_group, body, encode_properties(props),
+                                     sys_flag, message.reconsume_times + 1,
+                                     options.max_reconsume_times,
+                                     producer.default_topic_queue_nums)
         try:
-            address = _master(producer, queue, origin)
+            address = retry_copy_master(producer.names, queue, origin)
             response = producer.remoting.invoke(address, request, options.send_timeout_ms / 1e3)
         except RocketMQError as exc:
             last = exc
             continue
-        if response.code in SEND_STATUS_OF_CODE:  # stored (maybe with a flush warning)
+        last = retry_copy_refusal(response, address)
+        if last is None:
             return queue.broker_name
-        last = response_error(response, "SEND_MESSAGE_V2", address)
     raise last or RocketMQError(f"no writable queue of {topic}")
 
 
@@ -116,17 +110,3 @@ def _elsewhere(producer: Producer, topic: str, origin: str, avoid: Optional[str]
         return []
     return [MessageQueue(topic, b.broker_name, 0) for b in brokers
             if b.broker_name not in here and b.master_addr]
-
-
-def _master(producer: Producer, queue: MessageQueue, origin: str) -> str:
-    """The master address of the queue's broker, from the retry topic's route, TBW102's (its
-    queues came from that template) or the original topic's."""
-    for name in (queue.topic, DEFAULT_TOPIC, origin):
-        try:
-            broker = producer.names.route(name).broker(queue.broker_name)
-        except RocketMQError:
-            continue
-        if broker is not None and broker.master_addr:
-            return broker.master_addr
-    raise BrokerUnavailable(queue.broker_name, f"no master of {queue.broker_name} is in the "
-                                               f"route of {queue.topic}")
