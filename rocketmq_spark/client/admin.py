@@ -9,6 +9,7 @@ from .config import ClientConfig
 from .errors import (
     BrokerUnavailable, RemotingConnectionError, RequestTimeout, RocketMQError, RouteNotFound,
 )
+from .masters import master_address, master_of
 from .nameserver import NameServerClient
 from .protocol.codes import ResponseCode
 from .protocol.message import decode_message
@@ -88,18 +89,13 @@ class Admin:
     def is_master(self, mq: MessageQueue, address: str) -> bool:
         """Whether ``address`` is the master of ``mq``'s broker in a fresh route (a reader
         told "no new message" by a slave waits for the master rather than skip)."""
-        broker = self.names.route(mq.topic, True).broker(mq.broker_name)
-        return broker is not None and broker.master_addr == address
+        return master_of(self.names.route(mq.topic, True), mq.broker_name) == address
 
     def master_address(self, mq: MessageQueue, refresh: bool = False) -> str:
         """The master (id 0) of ``mq``'s broker: where sends and queue locks go."""
-        route = self.names.route(mq.topic, refresh)
-        broker = route.broker(mq.broker_name)
-        if broker is None or broker.master_addr is None:
-            if not refresh:
-                return self.master_address(mq, True)
-            raise BrokerUnavailable(mq.broker_name, f"no master for {mq.key} in the route")
-        return broker.master_addr
+        routes = (self.names.route(mq.topic, fresh)
+                  for fresh in ((True,) if refresh else (False, True)))
+        return master_address(routes, mq.broker_name, f"no master for {mq.key} in the route")
 
     def nodes(self, mq: MessageQueue, refresh: bool = False) -> List[Tuple[int, str]]:
         """``(brokerId, address)`` of every node of ``mq``'s broker, master first."""

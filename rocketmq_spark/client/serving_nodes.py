@@ -17,6 +17,7 @@ from typing import Dict, Iterable, List, Protocol, Tuple
 
 from .broker import update_offset_command
 from .errors import RocketMQError
+from .masters import master_of
 from .nameserver import NameServerClient
 from .protocol.codes import ResponseCode
 from .protocol.route import MASTER_ID, MessageQueue
@@ -83,8 +84,7 @@ class SlaveCommits:
         sent: List[Tuple[Tuple[str, MessageQueue], int, str, object]] = []
         for (group, mq), offset in due.items():
             try:
-                address = admin.names.route(mq.topic).broker(mq.broker_name)
-                address = address.master_addr if address is not None else None
+                address = master_of(admin.names.route(mq.topic), mq.broker_name)
                 if address is None:
                     continue
                 sent.append(((group, mq), offset, address, admin.remoting.send(

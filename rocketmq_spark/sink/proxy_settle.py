@@ -67,7 +67,7 @@ class ProxySettlement:
         self.visible: Set[str] = set()
         self.queues: Dict[Queue, int] = {}       # where each queue is read from next
         self._lock = threading.Lock()
-        self._lookups = RemotingClient(options.connection().client_config())
+        self._lookups = RemotingClient(options.connection.client_config())
         self._brokers = BrokerClient(self._lookups)
 
     # ------------------------------------------------------------------ answers
@@ -135,7 +135,7 @@ class ProxySettlement:
     def run(self, timeout: float = SETTLE_TIMEOUT_S) -> Tuple[int, List[str]]:
         """Answer check-backs until every row is stored or ``timeout`` passes. Returns how
         many rows are stored and the ids of the others."""
-        responder = CheckResponder.create(self.options.connection().client_config(),
+        responder = CheckResponder.create(self.options.connection.client_config(),
                                           self.group, self.decide, heartbeat_interval=5.0)
         deadline = self.clock() + timeout
         try:

@@ -17,10 +17,14 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ..broker import BrokerClient, SendResponse, send_command
 from ..config import ClientConfig
-from ..errors import BrokerUnavailable, RocketMQError, RouteNotFound
+from ..errors import RocketMQError, RouteNotFound
+from ..masters import master_address
 from ..nameserver import NameServerClient
 from ..busy import DEFAULT_BUSY_TIMEOUT, is_busy
 from .backpressure import BusyClock, BusyLog, SendWindow
+from .encoding import (
+    BATCH_HEADER_PROPERTIES, MAX_MESSAGE_SIZE, MessageTooLarge, size_problem,
+)
 from .pipeline import SEND_OK, BrokerStayedBusy, Outgoing, SendPipeline
 from ..protocol import properties
 from ..protocol.message import (
@@ -33,15 +37,8 @@ from ..remoting import RemotingClient
 
 log = logging.getLogger(__name__)
 
-# A default-configured broker's maxMessageSize: larger bodies are refused.
-MAX_MESSAGE_SIZE = 4 * 1024 * 1024
-MAX_PROPERTIES_SIZE = 32767
 MAX_BATCH_BYTES = 1024 * 1024
 MAX_DELAY_LEVEL = 18
-
-
-class MessageTooLarge(RocketMQError, ValueError):
-    """A message the broker would refuse for its size (body or properties)."""
 
 
 @dataclass
@@ -125,9 +122,6 @@ class EncodedRun:
 
     def __len__(self) -> int:
         return len(self.ids)
-
-
-BATCH_HEADER_PROPERTIES = properties.encode_properties({properties.WAIT: "true"})
 
 
 def queue_for_key(queues: Sequence[MessageQueue], key: str) -> MessageQueue:
@@ -223,13 +217,11 @@ class Producer:
         return queues
 
     def _address(self, queue: MessageQueue, route: TopicRouteData) -> str:
-        broker = route.broker(queue.broker_name)
-        if broker is None or broker.master_addr is None:
-            # The broker left the route (stopped, or its master is gone) since the queue was
-            # chosen: a send elsewhere may work, so this is a broker failure, not a refusal.
-            raise BrokerUnavailable(queue.broker_name, f"no master of {queue.broker_name} is "
-                                                       f"in the route of topic {queue.topic!r}")
-        return broker.master_addr
+        # The broker may have left the route (stopped, or its master is gone) since the queue
+        # was chosen: a send elsewhere may work, so this is a broker failure, not a refusal.
+        return master_address((route,), queue.broker_name,
+                              f"no master of {queue.broker_name} is in the route of topic "
+                              f"{queue.topic!r}")
 
     # ------------------------------------------------------------------ encoding
 
@@ -237,16 +229,10 @@ class Producer:
                    what: str = "a message", raw_size: Optional[int] = None) -> None:
         """Raise :class:`MessageTooLarge` for what the broker would refuse (``body_size`` as
         sent; ``raw_size`` before compression)."""
-        if body_size > self.max_message_size:
-            raw = raw_size if raw_size is not None else body_size
-            squeezed = f" ({body_size:,} compressed)" if raw != body_size else ""
-            raise MessageTooLarge(f"{what} for topic {topic!r} has a body of {raw:,} bytes"
-                                  f"{squeezed}; the broker takes at most "
-                                  f"{self.max_message_size:,}")
-        if properties_size > MAX_PROPERTIES_SIZE:
-            raise MessageTooLarge(f"{what} for topic {topic!r} has {properties_size:,} bytes "
-                                  f"of properties; the broker takes at most "
-                                  f"{MAX_PROPERTIES_SIZE:,}")
+        problem = size_problem(topic, body_size, properties_size, self.max_message_size,
+                               raw_size, what)
+        if problem:
+            raise MessageTooLarge(problem)
 
     def encode(self, message: Message) -> EncodedRequest:
         """One message as a single send; bodies of ``compress_over`` bytes or more are
