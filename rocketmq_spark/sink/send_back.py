@@ -32,6 +32,7 @@ from .ids import TaskIdentity
 from .options import SinkOptions
 from .send_back_columns import MessageRead, SendBackPlan
 from .send_back_fallback import send_to_retry_topic
+from .task import SinkWriteError, TaskSummary
 
 log = logging.getLogger(__name__)
 IN_FLIGHT = 64  # requests sent before their answers are awaited
@@ -179,11 +180,10 @@ class SendBack:
 
 def send_back_task(batches: Iterable[pa.RecordBatch], plan: SendBackPlan,
                    options: SinkOptions, identity: TaskIdentity, producer: Producer,
-                   producer_group: str):
-    """Send back every row of ``batches``; returns the task's summary (see
-    :class:`~.task.TaskSummary`), or raises naming the row that could go nowhere."""
-    from .task import SinkWriteError, TaskSummary
-
+                   producer_group: str) -> TaskSummary:
+    """Send back every row of ``batches``; returns the task's summary (a request per row; the
+    rows sent to the retry topic instead count as retries), or raises naming the row that
+    could go nowhere."""
     started = time.monotonic()
     sender = SendBack(producer, options, producer_group)
     row = 0
@@ -200,9 +200,9 @@ def send_back_task(batches: Iterable[pa.RecordBatch], plan: SendBackPlan,
     stats = sender.stats
     if stats.rows != row:  # every row goes one way or the other; anything else is a bug
         raise AssertionError(f"{row} rows but {stats.rows} sent back")
-    summary = TaskSummary(identity.partition, row, row, 0, stats.fallbacks,
-                          time.monotonic() - started, dict(stats.by_broker),
-                          transport="sendBack")
+    summary = TaskSummary(messages=row, requests=row, retries=stats.fallbacks,
+                          by_broker=dict(stats.by_broker), partition=identity.partition,
+                          seconds=time.monotonic() - started, transport="sendBack")
     log.info("sink task %s: %d rows sent back to group %s (%d by CONSUMER_SEND_MSG_BACK, %d "
              "to the retry topic as messages: %s) in %.2f s", identity.describe(), row,
              sender.group, stats.sent_back, stats.fallbacks,
