@@ -53,7 +53,6 @@ class OpBatches(BackgroundService):
         self._size = 0
         self._last_write = time.monotonic()
         self._wake: Optional[asyncio.Event] = None
-        self.messages_written = 0
 
     @property
     def pending(self) -> int:
@@ -88,7 +87,6 @@ class OpBatches(BackgroundService):
         self._size -= length
         self._last_write = time.monotonic()
         self.write(body)
-        self.messages_written += 1
         return taken
 
     def flush(self) -> None:
