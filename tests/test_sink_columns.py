@@ -17,7 +17,7 @@ from rocketmq_spark.client.protocol.properties import decode_properties, java_st
 from rocketmq_spark.client.protocol.message import BatchEntry, decode_batch, encode_batch
 from rocketmq_spark.client.protocol.route import MessageQueue
 from rocketmq_spark.client.protocol.send_encode import (
-    encode_entries, entries_body, hex_row_ids, java_string_hashes, join_pieces, map_properties,
+    encode_entries, entries_body, java_string_hashes, join_pieces, map_properties,
     property_piece,
 )
 from rocketmq_spark.options import OptionError
@@ -74,13 +74,6 @@ def test_properties_of_a_map_column_and_pieces():
     assert [decode_properties(v.decode()) for v in text_.to_pylist()] == [
         {"a": "1", "b": "2", "TAGS": "t"}, {}, {"TAGS": "u"}, {"c": "3"}]
     assert map_properties(maps.slice(2)).to_pylist() == [None, b"c\x013\x02"]
-
-
-def test_row_ids_are_fixed_width_hex():
-    ids = hex_row_ids("AB" * 12, 0xFFFFFFFE, 2).to_pylist()
-    assert ids == ["AB" * 12 + "FFFFFFFE", "AB" * 12 + "FFFFFFFF"]
-    with pytest.raises(ValueError, match="8 hex digits"):
-        hex_row_ids("AB" * 12, 0xFFFFFFFF, 2)
 
 
 # ------------------------------------------------------------------ message ids

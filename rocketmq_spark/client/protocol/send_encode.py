@@ -158,23 +158,6 @@ def repeated(value: bytes, n: int) -> pa.Array:
                         len(value))
 
 
-def hex_row_ids(prefix: str, first: int, n: int) -> pa.Array:
-    """``prefix`` followed by 8 upper-case hex digits of ``first``, ``first + 1``, ...
-    (``n`` values, each ``len(prefix) + 8`` characters), as a string column."""
-    numbers = np.arange(first, first + n, dtype=np.uint64)
-    if n and int(numbers[-1]) > 0xFFFFFFFF:
-        raise ValueError(f"row number {int(numbers[-1])} does not fit 8 hex digits")
-    digits = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
-    shifts = np.arange(28, -1, -4, dtype=np.uint64)
-    nibbles = (numbers[:, None] >> shifts[None, :]) & 0xF
-    head = np.frombuffer(prefix.encode("ascii"), dtype=np.uint8)
-    width = len(head) + 8
-    data = np.empty((n, width), dtype=np.uint8)
-    data[:, :len(head)] = head
-    data[:, len(head):] = digits[nibbles.astype(np.int64)]
-    return fixed_width_array(data, width, pa.large_string())
-
-
 def first_index(mask: pa.Array) -> Optional[int]:
     """The first index where a boolean column is true (nulls count as false), or None."""
     values = pc.fill_null(mask, False).to_numpy(zero_copy_only=False)
