@@ -24,7 +24,8 @@ from typing import Iterable, List, Optional, Tuple
 
 import pyarrow as pa
 
-from ..client.errors import BrokerUnavailable, RocketMQError
+from ..client.errors import RocketMQError
+from ..client.masters import master_address, routes_of
 from ..client.namespace import retry_topic, wrap
 from ..client.send.producer import Producer
 from ..client.group.send_back import send_back_command, send_back_refusal
@@ -105,16 +106,11 @@ class SendBack:
         """The master of the row's broker (as Java's ``findBrokerAddressInPublish``), from the
         route of the topic it was read from, else of the group's retry topic (a row read
         from a retry queue carries its original topic)."""
-        for topic in (wrap(self.namespace, message.topic),
-                      retry_topic(self.namespace, self.options.send_back or "")):
-            try:
-                broker = self.producer.names.route(topic).broker(message.broker_name)
-            except RocketMQError:
-                continue
-            if broker is not None and broker.master_addr:
-                return broker.master_addr
-        raise BrokerUnavailable(message.broker_name, f"no master of {message.broker_name} is in "
-                                f"the route of {message.topic} or of the group's retry topic")
+        topics = (wrap(self.namespace, message.topic),
+                  retry_topic(self.namespace, self.options.send_back or ""))
+        return master_address(routes_of(self.producer.names.route, topics),
+                              message.broker_name, f"no master of {message.broker_name} is in "
+                              f"the route of {message.topic} or of the group's retry topic")
 
     def send(self, messages: Iterable[MessageRead]) -> None:
         """Send back every message (IN_FLIGHT at a time); each one a broker refuses goes to the

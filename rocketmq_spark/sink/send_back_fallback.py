@@ -14,6 +14,7 @@ import random
 from typing import Dict, List, Optional
 
 from ..client.errors import RocketMQError
+from ..client.masters import masters
 from ..client.group.send_back import retry_copy_command, retry_copy_master, retry_copy_refusal
 from ..client.namespace import RETRY_PREFIX, wrap
 from ..client.send.producer import Producer
@@ -105,8 +106,7 @@ def _elsewhere(producer: Producer, topic: str, origin: str, avoid: Optional[str]
         here = {q.broker_name for q in producer.queues(topic)}
         if here - {avoid}:
             return []
-        brokers = producer.names.route(origin).broker_datas
+        routed = masters((producer.names.route(origin),))
     except RocketMQError:
         return []
-    return [MessageQueue(topic, b.broker_name, 0) for b in brokers
-            if b.broker_name not in here and b.master_addr]
+    return [MessageQueue(topic, name, 0) for name in routed if name not in here]
