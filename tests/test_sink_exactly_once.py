@@ -97,6 +97,26 @@ def txn_cluster(embedded_cluster_factory):
 # ------------------------------------------------------------------------------ options
 
 
+def recorded_then_killed(summary, batch_id: int, group: str, tmp_path, ended: int,
+                         before_close=None) -> exactly_once.CommitLog:
+    """A driver that wrote its batch's record and sent only the first ``ended`` of its
+    COMMITs before it died; ``before_close`` runs while the connection that sent them is
+    still open (oneway requests still queued at the broker are dropped when it closes)."""
+    from rocketmq_spark.client.txn.transaction import Outcome, end_transactions
+
+    record = record_of(summary, batch_id, group)
+    log = exactly_once.CommitLog(str(tmp_path / "rocketmq-sink"))
+    with RemotingClient() as remoting:
+        ops = exactly_once.OpTopic(remoting)
+        for a in {h.address for h in record.handles}:
+            record.op_start[a] = ops.max_offset(a)
+        log.record_commit(record)
+        end_transactions(remoting, group, record.handles[:ended], Outcome.COMMIT)
+        if before_close is not None:
+            before_close()
+    return log
+
+
 def start_responder(cluster, group: str, log, ops) -> CheckResponder:
     """A check-back responder for ``group`` answering from ``log``, registered on every
     broker of the cluster (what the sink's responder process does)."""
@@ -269,15 +289,7 @@ def test_restart_settles_a_recorded_batch_without_a_second_commit(txn_cluster, u
     topic = unique_name("EoSettle")
     cluster.create_topic(topic, 4)
     summary = send_halves(cluster, topic, range(300), group="eo-settle")
-    record = record_of(summary, 7, "eo-settle")
-    log = exactly_once.CommitLog(str(tmp_path / "rocketmq-sink"))
-    with RemotingClient() as remoting:
-        ops = exactly_once.OpTopic(remoting)
-        for a in {h.address for h in record.handles}:
-            record.op_start[a] = ops.max_offset(a)
-        log.record_commit(record)
-        from rocketmq_spark.client.txn.transaction import Outcome, end_transactions
-        end_transactions(remoting, "eo-settle", record.handles[:120], Outcome.COMMIT)
+    log = recorded_then_killed(summary, 7, "eo-settle", tmp_path, ended=120)
     time.sleep(1)
     assert log.pending() == [7]
     with RemotingClient() as remoting:  # the next run

@@ -20,7 +20,9 @@ from rocketmq_spark.embedded.op_batches import op_offsets
 from rocketmq_spark.sink import exactly_once
 from rocketmq_spark.sink.check_back import BATCH_PROPERTY, QUERY_PROPERTY, TOKEN_PROPERTY
 from rocketmq_spark.client.txn.op_topic import OpTopicError, half_offsets
-from test_sink_exactly_once import QUERY, pull_bodies, record_of, send_halves, visible
+from test_sink_exactly_once import (
+    QUERY, pull_bodies, record_of, recorded_then_killed, send_halves, visible,
+)
 from waiting import wait_until
 
 RELEASES = ["4.9", "5.1"]
@@ -145,15 +147,10 @@ def test_restart_settles_without_a_second_commit_while_ops_are_still_buffered(
     topic = unique_name("OpSettle")
     cluster.create_topic(topic, 4)
     summary = send_halves(cluster, topic, range(300), group="op-settle")
-    record = record_of(summary, 7, "op-settle")
-    log = exactly_once.CommitLog(str(tmp_path / "rocketmq-sink"))
-    with RemotingClient() as remoting:
-        ops = exactly_once.OpTopic(remoting)
-        for a in {h.address for h in record.handles}:
-            record.op_start[a] = ops.max_offset(a)
-        log.record_commit(record)
-        end_transactions(remoting, "op-settle", record.handles[:120], Outcome.COMMIT)
-        wait_until(lambda: visible(cluster, topic) == 120, 10, "120 rows committed")
+    log = recorded_then_killed(
+        summary, 7, "op-settle", tmp_path, ended=120,
+        before_close=lambda: wait_until(lambda: visible(cluster, topic) == 120, 10,
+                                        "120 rows committed"))
     with RemotingClient() as remoting:  # the next run, at once
         sent = exactly_once.settle(log, remoting, exactly_once.OpTopic(remoting))
     assert sent == 180

@@ -58,6 +58,17 @@ def _answers(path: Path):
     return [t for kind, t in _events(path) if kind == "answer"]
 
 
+def stop_all(procs) -> None:
+    """End the responder processes, a frozen (SIGSTOPped) one included."""
+    for p in procs:
+        try:
+            os.kill(p.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        p.kill()
+        p.wait()
+
+
 def run_zombie_and_restart(tmp_path: Path, uri: str, options: dict) -> None:
     outs = [tmp_path / "a.log", tmp_path / "b.log"]
     procs = []
@@ -84,13 +95,7 @@ def run_zombie_and_restart(tmp_path: Path, uri: str, options: dict) -> None:
                              f"first answer at {min(b)}: {overlap[:5]}")
         assert max(b) > max(a) + TTL / 2, "the restart stopped answering"
     finally:
-        for p in procs:
-            try:
-                os.kill(p.pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-            p.kill()
-            p.wait()
+        stop_all(procs)
 
 
 def test_a_zombie_and_its_restart_never_both_answer_on_a_local_disk(tmp_path):
@@ -155,10 +160,4 @@ def test_the_real_responder_of_a_zombie_stops_when_its_restart_takes_over(
         assert "lost responder.lease" in logs[0].read_text()
         assert procs[1].poll() is None, "the restart's responder stopped too"
     finally:
-        for p in procs:
-            try:
-                os.kill(p.pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-            p.kill()
-            p.wait()
+        stop_all(procs)
